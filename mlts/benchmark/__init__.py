@@ -1,0 +1,1 @@
+"""mlts.benchmark (see SPEC.md section 1)."""

@@ -1,0 +1,1 @@
+"""mlts.datasets (see SPEC.md section 1)."""

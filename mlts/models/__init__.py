@@ -1,0 +1,1 @@
+"""mlts.models (see SPEC.md section 1)."""

@@ -1,0 +1,1 @@
+"""mlts.report (see SPEC.md section 1)."""

@@ -1,0 +1,34 @@
+"""The one exception type of the public API: every failure is an MltsError carrying a ResultCode."""
+from __future__ import annotations
+
+from .enums import ResultCode
+
+
+class MltsError(Exception):
+    """An NNAPI-style failure: `.code` is the ResultCode, the message names the culprit."""
+
+    def __init__(self, code: ResultCode, message: str, *, output_shapes: list | None = None):
+        self.code = ResultCode(code)
+        self.message = message
+        # For OUTPUT_INSUFFICIENT_SIZE: the output shapes as far as they are known.
+        self.output_shapes = output_shapes
+        super().__init__(f"{self.code.name}: {message}")
+
+    def __reduce__(self):  # keep code and shapes when crossing process boundaries
+        return (_rebuild_error, (int(self.code), self.message, self.output_shapes))
+
+
+def _rebuild_error(code: int, message: str, output_shapes):
+    return MltsError(ResultCode(code), message, output_shapes=output_shapes)
+
+
+def bad_data(message: str) -> MltsError:
+    return MltsError(ResultCode.BAD_DATA, message)
+
+
+def bad_state(message: str) -> MltsError:
+    return MltsError(ResultCode.BAD_STATE, message)
+
+
+def op_failed(message: str) -> MltsError:
+    return MltsError(ResultCode.OP_FAILED, message)

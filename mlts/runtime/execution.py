@@ -1,0 +1,533 @@
+"""Execution (ANeuralNetworksExecution), Burst and Event: running a compilation on one set of inputs.
+
+The runtime turns the application's arrays or memory regions into HAL requests (data stays in
+pools; application arrays are wrapped, not copied, for in-process drivers), runs the plan's steps
+carrying intermediate tensors between devices, and applies NNAPI's CPU fallback rules.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import vlog
+from .compilation import Compilation
+from .enums import (DEFAULT_LOOP_TIMEOUT_NS, MAXIMUM_LOOP_TIMEOUT_NS, NO_TIMING, DurationCode, OperandCode,
+                    ResultCode)
+from .errors import MltsError, bad_data, bad_state
+from .execution_plan import Step, log as plan_log
+from .hal import (BurstContext, DataLocation, ExecutionResult, OutputShape, PreparedModel, Request,
+                  RequestArgument, Timing, deadline_from_timeout)
+from .hal_validation import effective_type
+from .memory import Memory
+from .operand_type import OperandType
+
+NO_FALLBACK_CODES = {ResultCode.OUTPUT_INSUFFICIENT_SIZE, ResultCode.MISSED_DEADLINE_TRANSIENT,
+                     ResultCode.MISSED_DEADLINE_PERSISTENT}
+
+
+@dataclass
+class _Binding:
+    """Where one model input/output lives: an application array or a memory region."""
+
+    memory: Memory | None
+    offset: int
+    length: int
+    dimensions: tuple[int, ...]
+    array: np.ndarray | None = None
+    omitted: bool = False
+
+
+class Event:
+    """Completion of an asynchronous execution; any thread may wait on it."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._error: MltsError | None = None
+
+    def _signal(self, error: MltsError | None = None) -> None:
+        self._error = error
+        self._done.set()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until done; raises the execution's MltsError if it failed."""
+        if not self._done.wait(timeout):
+            raise MltsError(ResultCode.MISSED_DEADLINE_TRANSIENT, "event not signalled within the wait timeout")
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def is_signalled(self) -> bool:
+        return self._done.is_set()
+
+
+class Burst:
+    """A sequence of executions of one compilation reusing driver-side resources."""
+
+    def __init__(self, compilation: Compilation) -> None:
+        if not isinstance(compilation, Compilation):
+            raise bad_data(f"Burst: expected a Compilation, got {type(compilation).__name__}")
+        compilation.check_finished("Burst")
+        self.compilation = compilation
+        self._contexts: dict[int, BurstContext] = {}
+        self._busy = threading.Lock()
+        self.closed = False
+
+    def context(self, step: Step) -> BurstContext:
+        if step.index not in self._contexts:
+            self._contexts[step.index] = step.prepared.configure_execution_burst()
+        return self._contexts[step.index]
+
+    def close(self) -> None:
+        for c in self._contexts.values():
+            c.close()
+        self._contexts.clear()
+        self.closed = True
+
+    free = close
+
+
+class Execution:
+    """One application of a compilation to one set of inputs."""
+
+    def __init__(self, compilation: Compilation) -> None:
+        if not isinstance(compilation, Compilation):
+            raise bad_data(f"Execution: expected a Compilation, got {type(compilation).__name__}")
+        compilation.check_finished("Execution")
+        self.compilation = compilation
+        sg = compilation.model.hal_model().main
+        self._in_types = [sg.operands[i].type for i in sg.input_indexes]
+        self._out_types = [sg.operands[i].type for i in sg.output_indexes]
+        self._inputs: list[_Binding | None] = [None] * len(self._in_types)
+        self._outputs: list[_Binding | None] = [None] * len(self._out_types)
+        self._measure = False
+        self._timeout_ns: int | None = None
+        self._loop_timeout_ns = DEFAULT_LOOP_TIMEOUT_NS
+        self._reusable = False
+        self._state = "preparation"  # preparation -> computing -> completed
+        self._lock = threading.Lock()
+        self._output_shapes: list[OutputShape] | None = None
+        self._timing = Timing()
+        self._fenced_timing = Timing()
+        self._results: list[np.ndarray | None] = [None] * len(self._out_types)
+
+    # -- settings -------------------------------------------------------------------------------
+    def _check_preparation(self, call: str) -> None:
+        if self._state == "computing":
+            raise bad_state(f"{call}: the execution is running")
+        if self._state == "completed" and not self._reusable:
+            raise bad_state(f"{call}: the execution has completed and is not reusable")
+
+    def _index(self, index: Any, count: int, what: str) -> int:
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < count:
+            raise bad_data(f"{what}: index {index!r} out of range (model has {count})")
+        return int(index)
+
+    def _effective(self, declared: OperandType, operand_type: OperandType | None, shape: tuple[int, ...] | None,
+                   what: str) -> OperandType:
+        if operand_type is not None:
+            if not isinstance(operand_type, OperandType) or operand_type.code != declared.code or (
+                    operand_type.scale != declared.scale or operand_type.zero_point != declared.zero_point):
+                raise bad_data(f"{what}: the given type may only differ from the model's in its dimensions")
+            return effective_type(declared, operand_type.dimensions or (), what)
+        if shape is not None and declared.is_tensor:
+            return effective_type(declared, shape, what)
+        return declared
+
+    def set_input(self, index: int, array: Any, operand_type: OperandType | None = None) -> None:
+        """Bind model input `index` to an array (its dtype must match the operand); None omits it."""
+        self._check_preparation("set_input")
+        i = self._index(index, len(self._in_types), "set_input")
+        declared = self._in_types[i]
+        if array is None:
+            self._inputs[i] = _Binding(None, 0, 0, (), omitted=True)
+            return
+        arr = _as_array(array, declared, f"set_input({i})")
+        t = self._effective(declared, operand_type, arr.shape if declared.is_tensor else None, f"set_input({i})")
+        if t.is_tensor and not t.is_fully_specified:
+            raise bad_data(f"set_input({i}): dimensions {t.dimensions} must be fully specified")
+        if arr.nbytes != t.byte_size():
+            raise bad_data(f"set_input({i}): {arr.nbytes} bytes given, {t.describe()} needs {t.byte_size()}")
+        arr = np.ascontiguousarray(arr)
+        self._inputs[i] = _Binding(Memory.wrap_array(arr, writable=False), 0, arr.nbytes, t.dimensions or (), arr)
+
+    def set_input_from_memory(self, index: int, memory: Memory, offset: int, length: int,
+                              operand_type: OperandType | None = None) -> None:
+        self._check_preparation("set_input_from_memory")
+        i = self._index(index, len(self._in_types), "set_input_from_memory")
+        if not isinstance(memory, Memory):
+            raise bad_data(f"set_input_from_memory({i}): expected a Memory")
+        memory.check_region(offset, length, f"set_input_from_memory({i})")
+        t = self._effective(self._in_types[i], operand_type, None, f"set_input_from_memory({i})")
+        if t.is_fully_specified or t.is_scalar:
+            if length != t.byte_size():
+                raise bad_data(f"set_input_from_memory({i}): length {length} != {t.byte_size()} bytes of {t.describe()}")
+        self._inputs[i] = _Binding(memory, int(offset), int(length), t.dimensions or ())
+
+    def set_output(self, index: int, array: np.ndarray, operand_type: OperandType | None = None) -> None:
+        """Bind model output `index` to a writable, C-contiguous array of the operand's dtype."""
+        self._check_preparation("set_output")
+        i = self._index(index, len(self._out_types), "set_output")
+        declared = self._out_types[i]
+        if not isinstance(array, np.ndarray):
+            raise bad_data(f"set_output({i}): expected a numpy array")
+        if array.dtype != declared.dtype:
+            raise bad_data(f"set_output({i}): array dtype {array.dtype} does not match {declared.code.name} "
+                           f"({declared.dtype})")
+        if not array.flags.c_contiguous or not array.flags.writeable:
+            raise bad_data(f"set_output({i}): the array must be C-contiguous and writable")
+        t = self._effective(declared, operand_type, None, f"set_output({i})")
+        if t.is_fully_specified and array.nbytes < t.byte_size():
+            raise bad_data(f"set_output({i}): {array.nbytes} bytes given, {t.describe()} needs {t.byte_size()}")
+        self._outputs[i] = _Binding(Memory.wrap_array(array, writable=True), 0, array.nbytes,
+                                    t.dimensions or (), array)
+
+    def set_output_from_memory(self, index: int, memory: Memory, offset: int, length: int,
+                               operand_type: OperandType | None = None) -> None:
+        self._check_preparation("set_output_from_memory")
+        i = self._index(index, len(self._out_types), "set_output_from_memory")
+        if not isinstance(memory, Memory):
+            raise bad_data(f"set_output_from_memory({i}): expected a Memory")
+        memory.check_region(offset, length, f"set_output_from_memory({i})", for_write=True)
+        t = self._effective(self._out_types[i], operand_type, None, f"set_output_from_memory({i})")
+        if t.is_fully_specified and length < t.byte_size():
+            raise bad_data(f"set_output_from_memory({i}): length {length} < {t.byte_size()} bytes of {t.describe()}")
+        self._outputs[i] = _Binding(memory, int(offset), int(length), t.dimensions or ())
+
+    def set_measure_timing(self, measure: bool) -> None:
+        self._check_preparation("set_measure_timing")
+        if not self.compilation.is_single_explicit_device:
+            raise bad_data("set_measure_timing: only for a compilation created for exactly one device")
+        self._measure = bool(measure)
+
+    def set_timeout(self, duration_ns: int) -> None:
+        self._check_preparation("set_timeout")
+        if isinstance(duration_ns, bool) or not isinstance(duration_ns, int) or duration_ns < 0:
+            raise bad_data(f"set_timeout: duration must be a non-negative int of nanoseconds, got {duration_ns!r}")
+        if not self.compilation.is_single_explicit_device:
+            raise bad_data("set_timeout: only for a compilation created for exactly one device")
+        self._timeout_ns = duration_ns or None
+
+    def set_loop_timeout(self, duration_ns: int) -> None:
+        """Limit for each WHILE loop; values above the 15 s maximum are clamped to it (as NNAPI)."""
+        self._check_preparation("set_loop_timeout")
+        if isinstance(duration_ns, bool) or not isinstance(duration_ns, int) or duration_ns < 0:
+            raise bad_data(f"set_loop_timeout: duration must be a non-negative int of nanoseconds, got {duration_ns!r}")
+        self._loop_timeout_ns = min(duration_ns, MAXIMUM_LOOP_TIMEOUT_NS)
+
+    def set_reusable(self, reusable: bool) -> None:
+        self._check_preparation("set_reusable")
+        self._reusable = bool(reusable)
+
+    # -- computing ------------------------------------------------------------------------------
+    def compute(self) -> None:
+        """Run synchronously; raises MltsError on failure."""
+        self._begin("compute")
+        self._run(None)
+
+    def start_compute(self) -> Event:
+        """Run asynchronously; the returned Event is signalled on completion."""
+        self._begin("start_compute")
+        event = Event()
+
+        def work() -> None:
+            try:
+                self._run(None)
+                event._signal()
+            except MltsError as e:
+                event._signal(e)
+
+        threading.Thread(target=work, name="mlts-execution", daemon=True).start()
+        return event
+
+    def burst_compute(self, burst: Burst) -> None:
+        if not isinstance(burst, Burst) or burst.closed:
+            raise bad_data("burst_compute: expected an open Burst")
+        if burst.compilation is not self.compilation:
+            raise bad_data("burst_compute: the burst belongs to another compilation")
+        if not burst._busy.acquire(blocking=False):
+            raise bad_state("burst_compute: the burst is already running another execution")
+        try:
+            self._begin("burst_compute")
+            self._run(burst)
+        finally:
+            burst._busy.release()
+
+    def start_compute_with_dependencies(self, dependencies: Sequence[Event], timeout_ns: int = 0) -> Event:
+        """Fenced execution: waits for `dependencies`, then runs; returns the completion Event."""
+        deps = list(dependencies)
+        if any(not isinstance(e, Event) for e in deps):
+            raise bad_data("start_compute_with_dependencies: dependencies must be Events")
+        if isinstance(timeout_ns, bool) or not isinstance(timeout_ns, int) or timeout_ns < 0:
+            raise bad_data("start_compute_with_dependencies: timeout must be a non-negative int of nanoseconds")
+        if timeout_ns and not self.compilation.is_single_explicit_device:
+            raise bad_data("start_compute_with_dependencies: a timeout needs a single-device compilation")
+        self._begin("start_compute_with_dependencies")
+        event = Event()
+
+        def work() -> None:
+            try:
+                for dep in deps:
+                    dep.wait()
+                launched = time.perf_counter_ns()
+                self._run(None, deadline_override=deadline_from_timeout(timeout_ns or None))
+                fenced = (time.perf_counter_ns() - launched) // 1000
+                self._fenced_timing = Timing(fenced, fenced)
+                event._signal()
+            except MltsError as e:
+                with self._lock:
+                    self._state = "completed"
+                event._signal(e)
+
+        threading.Thread(target=work, name="mlts-fenced-execution", daemon=True).start()
+        return event
+
+    def _begin(self, call: str) -> None:
+        with self._lock:
+            self._check_preparation(call)
+            for k, b in enumerate(self._inputs):
+                if b is None:
+                    raise bad_data(f"{call}: input {k} is not set")
+            self._state = "computing"
+            self._output_shapes = None
+            self._timing = Timing()
+
+    def _run(self, burst: Burst | None, deadline_override: float | None = None) -> None:
+        try:
+            deadline = deadline_override if deadline_override is not None else deadline_from_timeout(self._timeout_ns)
+            _Runner(self, burst, deadline).run()
+        finally:
+            with self._lock:
+                self._state = "completed"
+
+    # -- results --------------------------------------------------------------------------------
+    def _check_completed(self, call: str) -> None:
+        if self._state != "completed" or self._output_shapes is None:
+            raise bad_state(f"{call}: the execution has not completed")
+
+    def get_output_operand_rank(self, index: int) -> int:
+        self._check_completed("get_output_operand_rank")
+        i = self._index(index, len(self._out_types), "get_output_operand_rank")
+        return len(self._output_shapes[i].dimensions)
+
+    def get_output_operand_dimensions(self, index: int) -> tuple[int, ...]:
+        self._check_completed("get_output_operand_dimensions")
+        i = self._index(index, len(self._out_types), "get_output_operand_dimensions")
+        return tuple(self._output_shapes[i].dimensions)
+
+    def get_output(self, index: int) -> np.ndarray:
+        """The computed output (in the bound array, or one the runtime allocated), in its computed shape."""
+        self._check_completed("get_output")
+        i = self._index(index, len(self._out_types), "get_output")
+        result = self._results[i]
+        if result is None:
+            raise bad_state(f"get_output({i}): output {i} was bound to memory; read it from there")
+        return result
+
+    def get_duration(self, code: DurationCode) -> int:
+        """Nanoseconds, or UINT64_MAX when not measured/available."""
+        self._check_completed("get_duration")
+        try:
+            code = DurationCode(code)
+        except (ValueError, TypeError):
+            raise bad_data(f"get_duration: invalid duration code {code!r}") from None
+        if not self._measure:
+            return NO_TIMING
+        if code in (DurationCode.ON_HARDWARE, DurationCode.IN_DRIVER):
+            t = self._timing
+        else:
+            t = self._fenced_timing
+        value = t.time_on_device if code in (DurationCode.ON_HARDWARE, DurationCode.FENCED_ON_HARDWARE) else t.time_in_driver
+        return NO_TIMING if value == NO_TIMING else value * 1000
+
+
+def _as_array(value: Any, t: OperandType, what: str) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        if value.dtype != t.dtype:
+            raise bad_data(f"{what}: array dtype {value.dtype} does not match {t.code.name} ({t.dtype})")
+        return value
+    try:
+        return np.asarray(value, dtype=t.dtype)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise bad_data(f"{what}: value cannot be converted to {t.code.name}: {e}") from None
+
+
+class _Runner:
+    """Carries one computation through the plan's steps, with intermediate tensors and CPU fallback."""
+
+    def __init__(self, execution: Execution, burst: Burst | None, deadline: float | None) -> None:
+        self.ex = execution
+        self.comp = execution.compilation
+        self.plan = self.comp.plan
+        self.burst = burst
+        self.deadline = deadline
+        self.fell_back = False
+
+    def run(self) -> None:
+        ex = self.ex
+        hal = self.comp.model.hal_model()
+        main = hal.main
+        values: dict[int, np.ndarray | None] = {}
+        for operand_index, binding, t in zip(main.input_indexes, ex._inputs, ex._in_types):
+            values[operand_index] = None if binding.omitted else binding
+        try:
+            for step in self.plan.steps:
+                self._run_step(step, values)
+        except MltsError as e:
+            on_cpu_already = self.plan.is_simple and self.plan.steps[0].device.name == self.comp.cpu_device.name
+            if not self._may_fall_back(e) or on_cpu_already:
+                raise self._finish_error(e)
+            self._log(f"execution failed ({e.code.name}: {e.message}); whole model falls back to "
+                      f"{self.comp.cpu_device.name}")
+            self.fell_back = True
+            values = {k: v for k, v in values.items() if k in main.input_indexes}
+            whole = Step(0, self.comp.cpu_device, -1, [], hal, list(main.input_indexes), list(main.output_indexes))
+            whole.prepared = self.comp.cpu_prepared("whole", hal)
+            try:
+                self._run_step(whole, values, allow_partial_fallback=False)
+            except MltsError as e2:
+                raise self._finish_error(e2)
+        shapes = []
+        for k, operand_index in enumerate(main.output_indexes):
+            v = values[operand_index]
+            shapes.append(OutputShape(tuple(v.shape), True))
+            binding = ex._outputs[k]
+            ex._results[k] = v if binding is None or binding.array is not None else None
+        ex._output_shapes = shapes
+
+    def _finish_error(self, e: MltsError) -> MltsError:
+        if e.code == ResultCode.OUTPUT_INSUFFICIENT_SIZE and e.output_shapes is not None:
+            self.ex._output_shapes = [OutputShape(tuple(s.dimensions), s.is_sufficient) for s in e.output_shapes]
+        return e
+
+    def _may_fall_back(self, e: MltsError) -> bool:
+        return self.comp.allows_cpu_fallback and e.code not in NO_FALLBACK_CODES
+
+    def _log(self, line: str) -> None:
+        plan_log.info(line)
+        vlog.log("execution", line)
+
+    def _run_step(self, step: Step, values: dict[int, Any], allow_partial_fallback: bool = True) -> None:
+        try:
+            self._execute_on(step, step.prepared, values, use_burst=True)
+        except MltsError as e:
+            if not allow_partial_fallback or self.plan.is_simple or not self._may_fall_back(e) \
+                    or step.device.name == self.comp.cpu_device.name:
+                raise
+            self._log(f"step {step.index} on {step.device.name} failed ({e.code.name}: {e.message}); "
+                      f"retrying the step on {self.comp.cpu_device.name}")
+            self.fell_back = True
+            self._execute_on(step, self.comp.cpu_prepared(("step", step.index), step.model), values, use_burst=False)
+
+    def _execute_on(self, step: Step, prepared: PreparedModel, values: dict[int, Any], *, use_burst: bool) -> None:
+        """One HAL request for a step: model outputs go straight to the application's bindings."""
+        ex = self.ex
+        main_outputs = self.comp.model.hal_model().main.output_indexes
+        step_main = step.model.main
+        pools: list[Memory] = []
+        pool_index: dict[int, int] = {}
+
+        def location(memory: Memory, offset: int, length: int) -> DataLocation:
+            if memory.id not in pool_index:
+                pool_index[memory.id] = len(pools)
+                pools.append(memory)
+            return DataLocation(pool_index[memory.id], offset, length)
+
+        inputs = []
+        for operand_index in step.inputs:
+            v = values.get(operand_index)
+            if v is None:
+                inputs.append(RequestArgument(has_no_value=True))
+            elif isinstance(v, _Binding):
+                inputs.append(RequestArgument(False, location(v.memory, v.offset, v.length), v.dimensions))
+            else:
+                mem = Memory.wrap_array(v, writable=False)
+                inputs.append(RequestArgument(False, location(mem, 0, v.nbytes), tuple(v.shape)))
+        out_specs = []
+        for k, operand_index in enumerate(step.outputs):
+            t = step_main.operands[step_main.output_indexes[k]].type
+            binding = ex._outputs[main_outputs.index(operand_index)] if operand_index in main_outputs else None
+            out_specs.append((operand_index, t, binding))
+        buffers = self._allocate_outputs(out_specs, None)
+        for attempt in range(3):
+            outputs = []
+            for (operand_index, t, binding), buf in zip(out_specs, buffers):
+                if isinstance(buf, _Binding):
+                    outputs.append(RequestArgument(False, location(buf.memory, buf.offset, buf.length), buf.dimensions))
+                else:
+                    mem = Memory.wrap_array(buf, writable=True)
+                    outputs.append(RequestArgument(False, location(mem, 0, buf.nbytes), ()))
+            request = Request(tuple(inputs), tuple(outputs), tuple(pools))
+            result = self._send(step, prepared, request, use_burst)
+            if result.status == ResultCode.OUTPUT_INSUFFICIENT_SIZE and result.output_shapes:
+                # Runtime-owned buffers grow to the reported shapes; application buffers are the user's to grow.
+                if any(isinstance(b, _Binding) and not s.is_sufficient
+                       for b, s in zip(buffers, result.output_shapes)) or attempt == 2:
+                    raise MltsError(ResultCode.OUTPUT_INSUFFICIENT_SIZE, result.message or "output buffer too small",
+                                    output_shapes=result.output_shapes)
+                buffers = self._allocate_outputs(out_specs, result.output_shapes)
+                continue
+            break
+        if result.status != ResultCode.NO_ERROR:
+            raise MltsError(result.status, f"{step.device.name}: {result.message or result.status.name}",
+                            output_shapes=result.output_shapes or None)
+        if len(result.output_shapes) != len(out_specs):
+            raise MltsError(ResultCode.OP_FAILED, f"{step.device.name} reported {len(result.output_shapes)} "
+                                                  f"output shapes for {len(out_specs)} outputs")
+        if step.prepared is prepared and self.plan.is_simple and not self.fell_back:
+            ex._timing = result.timing
+        for (operand_index, t, binding), buf, shape in zip(out_specs, buffers, result.output_shapes):
+            dims = tuple(shape.dimensions)
+            if isinstance(buf, _Binding):
+                if buf.array is not None:
+                    values[operand_index] = _view_as(buf.array, t, dims)
+                else:
+                    values[operand_index] = buf.memory.array(buf.offset, t.dtype, dims) if _fits(buf, t, dims) else None
+                    if values[operand_index] is None:
+                        raise MltsError(ResultCode.OUTPUT_INSUFFICIENT_SIZE, "output memory too small",
+                                        output_shapes=result.output_shapes)
+            else:
+                values[operand_index] = _view_as(buf, t, dims)
+
+    def _allocate_outputs(self, out_specs, reported) -> list[Any]:
+        buffers = []
+        for k, (operand_index, t, binding) in enumerate(out_specs):
+            if binding is not None:
+                buffers.append(binding)
+                continue
+            dims = tuple(reported[k].dimensions) if reported else (t.dimensions or ())
+            count = int(np.prod([d if d > 0 else 1 for d in dims], dtype=np.int64)) if dims else 1
+            buffers.append(np.empty(max(count, 1), dtype=t.dtype))
+        return buffers
+
+    def _send(self, step: Step, prepared: PreparedModel, request: Request, use_burst: bool) -> ExecutionResult:
+        measure = self.ex._measure
+        loop_timeout = self.ex._loop_timeout_ns
+        try:
+            if use_burst and self.burst is not None:
+                result = self.burst.context(step).execute(request, measure, self.deadline, loop_timeout)
+            else:
+                result = prepared.execute_synchronously(request, measure, self.deadline, loop_timeout)
+        except MltsError as e:
+            return ExecutionResult(e.code, e.output_shapes or [], message=e.message)
+        except Exception as e:  # the client survives any driver failure
+            return ExecutionResult(ResultCode.OP_FAILED, [], message=f"driver raised {type(e).__name__}: {e}")
+        if not isinstance(result, ExecutionResult):
+            return ExecutionResult(ResultCode.OP_FAILED, [], message="driver returned no result")
+        return result
+
+
+def _fits(binding: _Binding, t: OperandType, dims: tuple[int, ...]) -> bool:
+    n = int(np.prod(dims, dtype=np.int64)) if dims else 1
+    return n * t.dtype.itemsize <= binding.length
+
+
+def _view_as(buf: np.ndarray, t: OperandType, dims: tuple[int, ...]) -> np.ndarray:
+    n = int(np.prod(dims, dtype=np.int64)) if dims else 1
+    flat = buf.reshape(-1)
+    if flat.dtype != t.dtype:
+        flat = flat.view(np.uint8).view(t.dtype)
+    return flat[:n].reshape(dims)

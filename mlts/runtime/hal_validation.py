@@ -1,0 +1,179 @@
+"""Driver-side checks of everything that crosses the HAL (NNAPI's ValidateHal): models and requests.
+
+A driver must not trust the runtime: a model or request that reached it malformed is refused with
+BAD_DATA instead of crashing the driver.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .enums import OperandCode, OperandLifetime, OperationCode
+from .errors import MltsError, bad_data
+from .hal import HalModel, Request, Subgraph
+from .memory import Memory
+from .operand_type import OperandType, validate_operand_type
+from .ops import OperationContext, ValueUnknown, get_operation
+
+
+def validate_hal_model(model: HalModel) -> None:
+    if not isinstance(model, HalModel):
+        raise bad_data(f"expected a HalModel, got {type(model).__name__}")
+    for p, pool in enumerate(model.pools):
+        if not isinstance(pool, Memory) or pool.closed:
+            raise bad_data(f"model pool {p} is not a usable memory")
+    subgraphs = (model.main, *model.referenced)
+    for s, subgraph in enumerate(subgraphs):
+        _validate_subgraph(model, subgraph, s, len(subgraphs))
+
+
+def _validate_subgraph(model: HalModel, sg: Subgraph, s: int, n_subgraphs: int) -> None:
+    where = "main subgraph" if s == 0 else f"subgraph {s}"
+    n = len(sg.operands)
+    if not sg.operations:
+        raise bad_data(f"{where}: no operations")
+    written = set()
+    for i, operand in enumerate(sg.operands):
+        validate_operand_type(operand.type, f"{where}: operand {i}")
+        loc = operand.location
+        lt = operand.lifetime
+        if lt in (OperandLifetime.CONSTANT_COPY, OperandLifetime.CONSTANT_REFERENCE):
+            if loc is None:
+                raise bad_data(f"{where}: constant operand {i} has no location")
+            if operand.type.byte_size() != loc.length:
+                raise bad_data(f"{where}: operand {i} location length {loc.length} != size {operand.type.byte_size()}")
+            if lt == OperandLifetime.CONSTANT_COPY:
+                if loc.pool_index != -1 or loc.offset < 0 or loc.offset + loc.length > len(model.operand_values):
+                    raise bad_data(f"{where}: operand {i} CONSTANT_COPY location out of range")
+            else:
+                if not 0 <= loc.pool_index < len(model.pools):
+                    raise bad_data(f"{where}: operand {i} refers to pool {loc.pool_index} of {len(model.pools)}")
+                model.pools[loc.pool_index].check_region(loc.offset, loc.length, f"{where}: operand {i}")
+        elif lt == OperandLifetime.SUBGRAPH:
+            if operand.type.code != OperandCode.MODEL or loc is None or not 1 <= loc.offset < n_subgraphs:
+                raise bad_data(f"{where}: operand {i} refers to a subgraph that does not exist")
+        elif lt in (OperandLifetime.SUBGRAPH_INPUT, OperandLifetime.SUBGRAPH_OUTPUT,
+                    OperandLifetime.TEMPORARY_VARIABLE, OperandLifetime.NO_VALUE):
+            if loc is not None and lt != OperandLifetime.NO_VALUE:
+                raise bad_data(f"{where}: operand {i} ({lt.name}) must not have a location")
+        else:
+            raise bad_data(f"{where}: operand {i} has invalid lifetime {lt!r}")
+    for idx_list, lifetime, what in ((sg.input_indexes, OperandLifetime.SUBGRAPH_INPUT, "input"),
+                                     (sg.output_indexes, OperandLifetime.SUBGRAPH_OUTPUT, "output")):
+        for i in idx_list:
+            if not 0 <= i < n or sg.operands[i].lifetime != lifetime:
+                raise bad_data(f"{where}: {what} index {i} is not a {lifetime.name} operand")
+    written.update(sg.input_indexes)
+    for j, op in enumerate(sg.operations):
+        if not isinstance(op.type, OperationCode):
+            raise bad_data(f"{where}: operation {j} has an unknown type {op.type!r}")
+        for i in (*op.inputs, *op.outputs):
+            if not 0 <= i < n:
+                raise bad_data(f"{where}: operation {j} ({op.type.name}) refers to operand {i} of {n}")
+        for i in op.inputs:
+            lt = sg.operands[i].lifetime
+            if lt in (OperandLifetime.TEMPORARY_VARIABLE, OperandLifetime.SUBGRAPH_OUTPUT) and i not in written:
+                raise bad_data(f"{where}: operation {j} ({op.type.name}) reads operand {i} before it is written")
+        for o in op.outputs:
+            if sg.operands[o].lifetime not in (OperandLifetime.TEMPORARY_VARIABLE, OperandLifetime.SUBGRAPH_OUTPUT):
+                raise bad_data(f"{where}: operation {j} ({op.type.name}) writes operand {o} which is "
+                               f"{sg.operands[o].lifetime.name}")
+            if o in written:
+                raise bad_data(f"{where}: operand {o} is written twice")
+            written.add(o)
+        _validate_operation(model, sg, j)
+    for i in sg.output_indexes:
+        if i not in written:
+            raise bad_data(f"{where}: output operand {i} is never written")
+
+
+def _validate_operation(model: HalModel, sg: Subgraph, j: int) -> None:
+    from .cpu_executor import constant_array
+
+    op = sg.operations[j]
+    impl = get_operation(op.type)
+    if impl is None:
+        return
+    in_types: list[OperandType | None] = []
+    values: list[Any] = []
+    for i in op.inputs:
+        operand = sg.operands[i]
+        if operand.lifetime == OperandLifetime.NO_VALUE:
+            in_types.append(None)
+            values.append(None)
+            continue
+        in_types.append(operand.type)
+        if operand.lifetime in (OperandLifetime.CONSTANT_COPY, OperandLifetime.CONSTANT_REFERENCE):
+            values.append(constant_array(model, operand.type, operand.location))
+        else:
+            values.append(None)
+    ctx = OperationContext(op_index=j, code=op.type, input_types=in_types,
+                           output_types=[sg.operands[o].type for o in op.outputs], input_values=values,
+                           input_operands=op.inputs, output_operands=op.outputs, phase="validate",
+                           relaxed=model.relax_computation_float32_to_float16)
+    try:
+        impl.validate(ctx)
+    except (MltsError, ValueUnknown) as e:
+        if isinstance(e, MltsError):
+            raise
+    except Exception as e:
+        raise bad_data(f"operation {j} ({op.type.name}): validation failed: {e}") from None
+
+
+def validate_request(request: Request, model: HalModel) -> list[OperandType]:
+    """Check a request against the model; returns the effective type (with dims) of each input."""
+    if not isinstance(request, Request):
+        raise bad_data(f"expected a Request, got {type(request).__name__}")
+    sg = model.main
+    if len(request.inputs) != len(sg.input_indexes):
+        raise bad_data(f"request has {len(request.inputs)} inputs, model has {len(sg.input_indexes)}")
+    if len(request.outputs) != len(sg.output_indexes):
+        raise bad_data(f"request has {len(request.outputs)} outputs, model has {len(sg.output_indexes)}")
+    for p, pool in enumerate(request.pools):
+        if not isinstance(pool, Memory) or pool.closed:
+            raise bad_data(f"request pool {p} is not a usable memory")
+    types = []
+    for what, args, indexes in (("input", request.inputs, sg.input_indexes),
+                                ("output", request.outputs, sg.output_indexes)):
+        for k, (arg, operand_index) in enumerate(zip(args, indexes)):
+            declared = sg.operands[operand_index].type
+            if arg.has_no_value:
+                if what == "output":
+                    raise bad_data(f"output {k} has no value")
+                types.append(None)
+                continue
+            t = effective_type(declared, arg.dimensions, f"{what} {k}")
+            loc = arg.location
+            if loc is None or not 0 <= loc.pool_index < len(request.pools):
+                raise bad_data(f"{what} {k}: location refers to a pool that does not exist")
+            request.pools[loc.pool_index].check_region(loc.offset, loc.length, f"{what} {k}",
+                                                       for_write=(what == "output"))
+            if what == "input":
+                if not t.is_fully_specified and t.is_tensor:
+                    raise bad_data(f"input {k}: dimensions {t.dimensions} are not fully specified")
+                if loc.length != t.byte_size():
+                    raise bad_data(f"input {k}: length {loc.length} does not match {t.byte_size()} bytes of "
+                                   f"{t.describe()}")
+                types.append(t)
+    return types
+
+
+def effective_type(declared: OperandType, dims: tuple[int, ...], what: str) -> OperandType:
+    """The model's operand type refined by the dimensions given at execution time."""
+    if not dims:
+        return declared
+    dims = tuple(int(d) for d in dims)
+    if declared.dimensions is not None:
+        if len(dims) != len(declared.dimensions):
+            raise bad_data(f"{what}: rank {len(dims)} differs from the model's {len(declared.dimensions)}")
+        for a, b in zip(dims, declared.dimensions):
+            if b != 0 and a != b:
+                raise bad_data(f"{what}: dimensions {list(dims)} conflict with the model's {list(declared.dimensions)}")
+    if any(d < 0 for d in dims):
+        raise bad_data(f"{what}: negative dimension in {list(dims)}")
+    return declared.with_dimensions(dims)
+
+
+def element_bytes(t: OperandType) -> int:
+    return int(np.dtype(t.dtype).itemsize)

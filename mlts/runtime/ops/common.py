@@ -1,0 +1,31 @@
+"""Shape rules and type sets shared by several operations."""
+from __future__ import annotations
+
+from ..enums import OperandCode
+from .base import OperationContext, Shape
+
+FLOAT_TYPES = frozenset({OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_FLOAT16})
+QUANT8_TYPES = frozenset({OperandCode.TENSOR_QUANT8_ASYMM, OperandCode.TENSOR_QUANT8_ASYMM_SIGNED})
+FLOAT_AND_QUANT8 = FLOAT_TYPES | QUANT8_TYPES
+
+
+def broadcast_shape(ctx: OperationContext, a: Shape, b: Shape) -> Shape:
+    """NNAPI calculateBroadcastedShape: right-aligned, each pair equal or one of them 1."""
+    rank = max(len(a), len(b))
+    a = (1,) * (rank - len(a)) + tuple(a)
+    b = (1,) * (rank - len(b)) + tuple(b)
+    out = []
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y and x != 1 and y != 1:
+            raise ctx.fail(f"shapes {list(a)} and {list(b)} cannot be broadcast (dimension {i}: {x} vs {y})")
+        out.append(max(x, y) if min(x, y) != 0 or x == y else 0)
+    return tuple(out)
+
+
+def check_output_like_input(ctx: OperationContext, i: int = 0, output: int = 0) -> None:
+    """Element-wise ops: the output has the input's operand type code."""
+    t_in = ctx.input_type(i)
+    if t_in is not None:
+        ctx.check(ctx.output_type(output).code == t_in.code,
+                  f"output type {ctx.output_type(output).code.name} must equal input type {t_in.code.name}",
+                  output=output)

@@ -1,0 +1,1 @@
+"""mlts.stress (see SPEC.md section 1)."""
