@@ -39,6 +39,12 @@ class _Binary(Operation):
         pass
 
     def prepare(self, ctx: OperationContext) -> list[Shape]:
+        # The fused activation may be a run-time scalar: check it once its value is known.
+        fuse = ctx.scalar_if_known(2)
+        if fuse is not None:
+            ctx.check(fuse in tuple(FuseCode), f"invalid fused activation code {fuse}", input=2)
+            ctx.check(ctx.input_code(0) != OperandCode.TENSOR_INT32 or fuse == FuseCode.NONE,
+                      "TENSOR_INT32 requires fused activation NONE", input=2)
         return [broadcast_shape(ctx, ctx.input_shape(0), ctx.input_shape(1))]
 
     def execute(self, ctx: OperationContext) -> list[np.ndarray]:

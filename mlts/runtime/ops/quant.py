@@ -103,7 +103,8 @@ def quantized_activation_range(fuse: int, out: OperandType) -> tuple[int, int]:
     qmin, qmax = QUANT_RANGE[out.code]
 
     def quantize(f: float) -> int:
-        return out.zero_point + round_half_away(f / out.scale)
+        # NNAPI divides in float32 (the operand's scale is a float); doubles round differently at ties.
+        return out.zero_point + round_half_away(float(np.float32(f) / np.float32(out.scale)))
 
     if fuse == FuseCode.RELU:
         return max(qmin, quantize(0.0)), qmax

@@ -1,0 +1,41 @@
+"""Reading TENSOR_INT32 parameter tensors (shapes, axes, permutations, paddings); a private helper module.
+
+Shared by RESHAPE, SQUEEZE, TRANSPOSE, PAD, PAD_V2 and MEAN: each takes one such tensor whose value
+decides the output shape, so it is checked (rank, values) at build time when it is a constant and
+again at run time when it was only known then.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..enums import OperandCode
+from .base import OperationContext
+
+
+def check_int_tensor(ctx: OperationContext, i: int, rank: int, *, optional: bool = False) -> None:
+    """Input `i` is a TENSOR_INT32 of the given rank (when its rank is known)."""
+    ctx.check_input_type(i, OperandCode.TENSOR_INT32, optional=optional)
+    if not ctx.is_omitted(i):
+        r = ctx.input_rank(i)
+        if r is not None:
+            ctx.check(r == rank, f"must be a {rank}-D tensor, got rank {r}", input=i)
+
+
+def known_ints(ctx: OperationContext, i: int) -> np.ndarray | None:
+    """The value of int tensor input `i` as int64 (its declared shape kept); None if not known yet."""
+    v = ctx.value(i)
+    return None if v is None else np.asarray(v).astype(np.int64)
+
+
+def require_ints(ctx: OperationContext, i: int) -> np.ndarray:
+    """Like `known_ints` but raises ValueUnknown at build time when the value is not known."""
+    return np.asarray(ctx.require_value(i)).astype(np.int64)
+
+
+def resolve_axes(ctx: OperationContext, i: int, axes, rank: int) -> list[int]:
+    """Axes in [-rank, rank) made non-negative (duplicates kept); out-of-range ones fail."""
+    out = []
+    for a in np.ravel(axes).tolist():
+        ctx.check(-rank <= a < rank, f"axis {a} out of range [{-rank}, {rank}) for a rank-{rank} input", input=i)
+        out.append(a + rank if a < 0 else a)
+    return out
