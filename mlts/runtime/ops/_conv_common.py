@@ -21,6 +21,7 @@ import numpy as np
 
 from ..enums import FuseCode, OperandCode, PaddingCode
 from ..operand_type import OperandType
+from ._padding import explicit_padding, out_size
 from .base import OperationContext, Shape
 from .common import FLOAT_TYPES, QUANT8_TYPES
 from .quant import (INT32_MAX, INT32_MIN, apply_float_activation, quantize_multiplier_array,
@@ -127,25 +128,6 @@ class ConvParams:
 
 
 # -- padding and output size --------------------------------------------------------------------
-def explicit_padding(in_size: int, stride: int, dilation: int, filter_size: int, code: int) -> tuple[int, int]:
-    """NNAPI calculateExplicitPadding: (head, tail) padding for an implicit padding code."""
-    if code != PaddingCode.SAME:
-        return 0, 0
-    effective = (filter_size - 1) * dilation + 1
-    out_size = (in_size + stride - 1) // stride
-    needed = (out_size - 1) * stride + effective - in_size
-    if needed <= 0:
-        return 0, 0
-    head = needed // 2
-    return head, needed - head
-
-
-def out_size(in_size: int, filter_size: int, stride: int, dilation: int, head: int, tail: int) -> int:
-    """NNAPI computeOutSize (floor division; callers make sure the numerator is not negative)."""
-    effective = (filter_size - 1) * dilation + 1
-    return (in_size - effective + stride + head + tail) // stride
-
-
 def check_static_scalars(ctx: OperationContext, lay: ConvLayout) -> None:
     """Validate-phase checks of the scalar parameters (types always; values when constant)."""
     for i in lay.scalar_indices:
@@ -198,8 +180,8 @@ def read_params(ctx: OperationContext, lay: ConvLayout, in_hw: tuple[int, int], 
         ctx.check(code in (PaddingCode.SAME, PaddingCode.VALID),
                   f"invalid implicit padding code {code} (expected 1 = SAME or 2 = VALID)", input=lay.padding[0])
         (in_h, in_w), (f_h, f_w) = in_hw, filter_hw
-        left, right = explicit_padding(in_w, stride_w, dil_w, f_w, code)
-        top, bottom = explicit_padding(in_h, stride_h, dil_h, f_h, code)
+        left, right = explicit_padding(in_w, stride_w, f_w, code, dil_w)
+        top, bottom = explicit_padding(in_h, stride_h, f_h, code, dil_h)
     return ConvParams(left, right, top, bottom, stride_w, stride_h, dil_w, dil_h, fuse, nchw, multiplier)
 
 
@@ -211,8 +193,8 @@ def spatial_output(ctx: OperationContext, p: ConvParams, in_hw: tuple[int, int],
     for pad, eff, what in ((p.pad_left, eff_w, "left"), (p.pad_right, eff_w, "right"),
                            (p.pad_top, eff_h, "top"), (p.pad_bottom, eff_h, "bottom")):
         ctx.check(pad < eff, f"padding {what} ({pad}) must be smaller than the effective filter size ({eff})")
-    out_h = out_size(in_h, f_h, p.stride_h, p.dilation_h, p.pad_top, p.pad_bottom)
-    out_w = out_size(in_w, f_w, p.stride_w, p.dilation_w, p.pad_left, p.pad_right)
+    out_h = out_size(in_h, f_h, p.stride_h, p.pad_top, p.pad_bottom, p.dilation_h)
+    out_w = out_size(in_w, f_w, p.stride_w, p.pad_left, p.pad_right, p.dilation_w)
     ctx.check(out_h > 0 and out_w > 0,
               f"output spatial size {out_h}x{out_w} is empty (input {in_h}x{in_w}, effective filter {eff_h}x{eff_w})")
     return out_h, out_w

@@ -18,35 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..enums import FuseCode, OperandCode, PaddingCode
+from ._padding import explicit_padding, out_size
 from .base import OperationContext, Shape
 from .quant import apply_float_activation, quantized_activation_range
-
-
-# -- NNAPI padding arithmetic ---------------------------------------------------------------------
-def calculate_explicit_padding(in_size: int, stride: int, filter_size: int, padding_code: int,
-                               dilation: int = 1) -> tuple[int, int]:
-    """NNAPI calculateExplicitPadding: (head, tail) for SAME; (0, 0) for VALID.
-
-    SAME keeps ceil(in/stride) outputs; the missing rows/columns are split with the smaller half at
-    the head (top/left) and the extra one at the tail.
-    """
-    if padding_code != PaddingCode.SAME:
-        return 0, 0
-    effective = (filter_size - 1) * dilation + 1
-    out_size = (in_size + stride - 1) // stride
-    needed = (out_size - 1) * stride + effective
-    total = max(0, needed - in_size)
-    head = total // 2
-    return head, total - head
-
-
-def compute_out_size(in_size: int, filter_size: int, stride: int, head: int, tail: int,
-                     dilation: int = 1) -> int:
-    """NNAPI computeOutSize: floor((in - effective_filter + stride + head + tail) / stride)."""
-    effective = (filter_size - 1) * dilation + 1
-    numerator = in_size - effective + stride + head + tail
-    # C integer division truncates toward zero; a negative numerator means "no output" either way.
-    return numerator // stride if numerator >= 0 else 0
 
 
 # -- input list -----------------------------------------------------------------------------------
@@ -145,8 +119,8 @@ def pool_params(ctx: OperationContext) -> PoolParams:
         shape = ctx.input_shape(0)
         ctx.check(len(shape) == 4, f"rank {len(shape)} not supported (expected 4)", input=0)
         h, w = (shape[2], shape[3]) if nchw else (shape[1], shape[2])
-        left, right = calculate_explicit_padding(w, stride_w, filter_w, code)
-        top, bottom = calculate_explicit_padding(h, stride_h, filter_h, code)
+        left, right = explicit_padding(w, stride_w, filter_w, code)
+        top, bottom = explicit_padding(h, stride_h, filter_h, code)
     for v, what, filt in ((left, "left", filter_w), (right, "right", filter_w),
                           (top, "top", filter_h), (bottom, "bottom", filter_h)):
         ctx.check(v >= 0, f"{what} padding must be >= 0, got {v}")
@@ -162,8 +136,8 @@ def pool_output_shape(ctx: OperationContext) -> Shape:
         n, c, h, w = shape
     else:
         n, h, w, c = shape
-    oh = compute_out_size(h, p.filter_h, p.stride_h, p.pad_top, p.pad_bottom)
-    ow = compute_out_size(w, p.filter_w, p.stride_w, p.pad_left, p.pad_right)
+    oh = out_size(h, p.filter_h, p.stride_h, p.pad_top, p.pad_bottom)
+    ow = out_size(w, p.filter_w, p.stride_w, p.pad_left, p.pad_right)
     ctx.check(oh > 0 and ow > 0,
               f"filter {p.filter_h}x{p.filter_w} does not fit the padded {h}x{w} input (output {oh}x{ow})", input=0)
     return (n, c, oh, ow) if p.nchw else (n, oh, ow, c)
@@ -233,8 +207,8 @@ def run_pool(ctx: OperationContext, kind: str) -> np.ndarray:
     if p.nchw:
         x = x.transpose(0, 2, 3, 1)
     n, h, w, c = x.shape
-    oh = compute_out_size(h, p.filter_h, p.stride_h, p.pad_top, p.pad_bottom)
-    ow = compute_out_size(w, p.filter_w, p.stride_w, p.pad_left, p.pad_right)
+    oh = out_size(h, p.filter_h, p.stride_h, p.pad_top, p.pad_bottom)
+    ow = out_size(w, p.filter_w, p.stride_w, p.pad_left, p.pad_right)
     out_t = ctx.output_type(0)
     code = ctx.input_code(0)
     if n == 0 or c == 0:
