@@ -437,3 +437,17 @@ def input_hwc(dims: Shape, nchw: bool) -> tuple[int, int, int]:
         return dims[2], dims[3], dims[1]
     return dims[1], dims[2], dims[3]
 
+
+
+def run_convolution(ctx: OperationContext, p: ConvParams, out_hw: tuple[int, int], *, depthwise: bool) -> np.ndarray:
+    """The shared execute of CONV_2D and DEPTHWISE_CONV_2D: accumulate, add bias, requantize or round."""
+    x = to_nhwc(centred(ctx, 0), p.nchw)
+    w = centred(ctx, 1)
+    if is_quantized(ctx):
+        x, w = exact_sum_dtype(x, w, out_axis=3 if depthwise else 0)
+    acc = depthwise_nhwc(x, w, p, out_hw) if depthwise else conv_nhwc(x, w, p, out_hw)
+    if is_quantized(ctx):
+        out = requantize(ctx, acc.astype(np.int64), ctx.input(2), p.fuse)
+    else:
+        out = finish_float(ctx, acc + centred(ctx, 2), p.fuse)
+    return from_nhwc(out, p.nchw)

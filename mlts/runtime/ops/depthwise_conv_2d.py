@@ -78,16 +78,5 @@ class DepthwiseConv2D(Operation):
         return [self._setup(ctx)[2]]
 
     def execute(self, ctx: OperationContext) -> list[np.ndarray]:
-        p, out_hw, shape = self._setup(ctx)
-        x = cc.to_nhwc(cc.centred(ctx, 0), p.nchw)
-        w = cc.centred(ctx, 1)
-        if cc.is_quantized(ctx):
-            x, w = cc.exact_sum_dtype(x, w, out_axis=3)
-        acc = cc.depthwise_nhwc(x, w, p, out_hw)
-        if cc.is_quantized(ctx):
-            out = cc.requantize(ctx, acc.astype(np.int64), ctx.input(2), p.fuse)
-        else:
-            out = cc.finish_float(ctx, acc + cc.centred(ctx, 2), p.fuse)
-        out = cc.from_nhwc(out, p.nchw)
-        assert out.shape == tuple(shape)
-        return [out]
+        p, out_hw, _ = self._setup(ctx)
+        return [cc.run_convolution(ctx, p, out_hw, depthwise=True)]

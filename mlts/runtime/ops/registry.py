@@ -10,7 +10,7 @@ from .base import Operation
 _REGISTRY: dict[OperationCode, Operation] = {}
 _LOADED = False
 # Modules of this package that hold shared helpers rather than operations.
-_NOT_OPERATIONS = {"base", "registry", "quant", "activation", "common"}
+_NOT_OPERATIONS = {"base", "registry", "quant", "common"}
 
 
 def register(cls: type[Operation]) -> type[Operation]:
