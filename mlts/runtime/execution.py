@@ -6,6 +6,7 @@ carrying intermediate tensors between devices, and applies NNAPI's CPU fallback 
 """
 from __future__ import annotations
 
+import numbers
 import threading
 import time
 from dataclasses import dataclass
@@ -54,6 +55,9 @@ class Event:
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until done; raises the execution's MltsError if it failed."""
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
+                                    or not timeout >= 0):
+            raise bad_data(f"Event.wait: timeout must be a non-negative number of seconds or None, got {timeout!r}")
         if not self._done.wait(timeout):
             raise MltsError(ResultCode.MISSED_DEADLINE_TRANSIENT, "event not signalled within the wait timeout")
         if self._error is not None:
@@ -77,13 +81,18 @@ class Burst:
         self.closed = False
 
     def context(self, step: Step) -> BurstContext:
-        if step.index not in self._contexts:
-            self._contexts[step.index] = step.prepared.configure_execution_burst()
-        return self._contexts[step.index]
+        # Keyed by the prepared model, not the step index: the whole-model CPU fallback is also step 0.
+        key = id(step.prepared)
+        if key not in self._contexts:
+            self._contexts[key] = step.prepared.configure_execution_burst()
+        return self._contexts[key]
 
     def close(self) -> None:
         for c in self._contexts.values():
-            c.close()
+            try:
+                c.close()
+            except Exception:  # a driver failing to release its burst must not take the client down
+                pass
         self._contexts.clear()
         self.closed = True
 
@@ -111,7 +120,7 @@ class Execution:
         self._lock = threading.Lock()
         self._output_shapes: list[OutputShape] | None = None
         self._timing = Timing()
-        self._fenced_timing = Timing()
+        self._fenced_timing: Timing | None = None  # set only by a fenced execution
         self._results: list[np.ndarray | None] = [None] * len(self._out_types)
 
     # -- settings -------------------------------------------------------------------------------
@@ -258,6 +267,9 @@ class Execution:
 
     def start_compute_with_dependencies(self, dependencies: Sequence[Event], timeout_ns: int = 0) -> Event:
         """Fenced execution: waits for `dependencies`, then runs; returns the completion Event."""
+        if isinstance(dependencies, Event) or not hasattr(dependencies, "__iter__"):
+            raise bad_data(f"start_compute_with_dependencies: dependencies must be a sequence of Events, "
+                           f"got {dependencies!r}")
         deps = list(dependencies)
         if any(not isinstance(e, Event) for e in deps):
             raise bad_data("start_compute_with_dependencies: dependencies must be Events")
@@ -294,11 +306,16 @@ class Execution:
             self._state = "computing"
             self._output_shapes = None
             self._timing = Timing()
+            self._fenced_timing = None
 
     def _run(self, burst: Burst | None, deadline_override: float | None = None) -> None:
         try:
             deadline = deadline_override if deadline_override is not None else deadline_from_timeout(self._timeout_ns)
             _Runner(self, burst, deadline).run()
+        except MltsError:
+            raise
+        except Exception as e:  # nothing but MltsError escapes, and an async Event must always be signalled
+            raise MltsError(ResultCode.OP_FAILED, f"execution failed: {type(e).__name__}: {e}") from e
         finally:
             with self._lock:
                 self._state = "completed"
@@ -339,7 +356,8 @@ class Execution:
         if code in (DurationCode.ON_HARDWARE, DurationCode.IN_DRIVER):
             t = self._timing
         else:
-            t = self._fenced_timing
+            # Not launched with dependencies: the fenced durations are the plain ones (as NNAPI).
+            t = self._fenced_timing if self._fenced_timing is not None else self._timing
         value = t.time_on_device if code in (DurationCode.ON_HARDWARE, DurationCode.FENCED_ON_HARDWARE) else t.time_in_driver
         return NO_TIMING if value == NO_TIMING else value * 1000
 
@@ -480,7 +498,12 @@ class _Runner:
         if step.prepared is prepared and self.plan.is_simple and not self.fell_back:
             ex._timing = result.timing
         for (operand_index, t, binding), buf, shape in zip(out_specs, buffers, result.output_shapes):
-            dims = tuple(shape.dimensions)
+            dims = _reported_dims(shape, t)
+            capacity = buf.length if isinstance(buf, _Binding) else buf.nbytes
+            if dims is None or _byte_count(t, dims) > capacity:
+                raise MltsError(ResultCode.OP_FAILED, f"{step.device.name} reported success with output shape "
+                                                      f"{shape.dimensions!r} for operand {operand_index}, which does "
+                                                      f"not match {t.describe()} or its {capacity}-byte buffer")
             if isinstance(buf, _Binding):
                 if buf.array is not None:
                     values[operand_index] = _view_as(buf.array, t, dims)
@@ -517,7 +540,38 @@ class _Runner:
             return ExecutionResult(ResultCode.OP_FAILED, [], message=f"driver raised {type(e).__name__}: {e}")
         if not isinstance(result, ExecutionResult):
             return ExecutionResult(ResultCode.OP_FAILED, [], message="driver returned no result")
+        try:
+            status = ResultCode(result.status)
+            shapes = list(result.output_shapes or [])
+        except (ValueError, TypeError):
+            return ExecutionResult(ResultCode.OP_FAILED, [], message=f"driver returned an invalid result "
+                                                                     f"(status {result.status!r})")
+        if any(not isinstance(s, OutputShape) for s in shapes):
+            return ExecutionResult(ResultCode.OP_FAILED, [], message="driver returned invalid output shapes")
+        if status != result.status or shapes is not result.output_shapes:
+            result = ExecutionResult(status, shapes, result.timing, result.message)
         return result
+
+
+def _reported_dims(shape: OutputShape, t: OperandType) -> tuple[int, ...] | None:
+    """A driver-reported output shape, or None when it is not a valid shape for the operand."""
+    try:
+        dims = tuple(shape.dimensions)
+        if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 for d in dims):
+            return None
+    except TypeError:
+        return None
+    dims = tuple(int(d) for d in dims)
+    if not t.is_tensor:
+        return dims if not dims else None
+    if t.dimensions is not None and (len(dims) != len(t.dimensions) or any(
+            d != 0 and d != r for d, r in zip(t.dimensions, dims))):
+        return None
+    return dims
+
+
+def _byte_count(t: OperandType, dims: tuple[int, ...]) -> int:
+    return (int(np.prod(dims, dtype=np.int64)) if dims else 1) * t.dtype.itemsize
 
 
 def _fits(binding: _Binding, t: OperandType, dims: tuple[int, ...]) -> bool:

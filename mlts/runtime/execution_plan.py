@@ -90,7 +90,12 @@ def find_best_device_for_each_operation(model: HalModel, devices: list[Device], 
         for k, d in enumerate(devices):
             if not supported[k][pos]:
                 continue
-            perf = operation_performance(d, model, pos, preference)
+            try:
+                perf = operation_performance(d, model, pos, preference)
+            except Exception as e:  # a driver whose capabilities cannot be read is not usable
+                lines.append(f"getCapabilities({d.name}) failed: {type(e).__name__}: {e}")
+                supported[k] = [False] * len(model.main.operations)
+                continue
             if best is None or perf < best_perf or (perf == best_perf and d.type == DeviceType.CPU
                                                      and devices[best].type != DeviceType.CPU):
                 best, best_perf = k, perf

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .enums import OperandLifetime
+from .errors import bad_data
 from .model import Model
 
 
@@ -13,6 +14,8 @@ def _esc(text: str) -> str:
 
 def graph_dump(model: Model, name: str = "model", devices_per_operation: Sequence[str] | None = None) -> str:
     """Dot text for a finished model; `devices_per_operation` (run order) annotates the partition."""
+    if not isinstance(model, Model):
+        raise bad_data(f"graph_dump: expected a Model, got {type(model).__name__}")
     hal = model.hal_model()
     sg = hal.main
     lines = [f'digraph "{_esc(name)}" {{', "  rankdir=TB;", '  node [fontname="Helvetica", fontsize=10];']

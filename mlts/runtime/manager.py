@@ -122,8 +122,10 @@ def supported_operations_for_devices(model: Any, devs: Sequence[Device]) -> list
     flags_in_run_order = [False] * len(hal.main.operations)
     for d in devs:
         try:
-            flags = d.driver.get_supported_operations(hal)
-        except MltsError:
+            flags = list(d.driver.get_supported_operations(hal))
+        except Exception:  # MltsError or a driver bug: the device supports nothing here
+            continue
+        if len(flags) != len(flags_in_run_order):  # a malformed answer counts as no support
             continue
         flags_in_run_order = [a or bool(b) for a, b in zip(flags_in_run_order, flags)]
     result = [False] * len(run_order)

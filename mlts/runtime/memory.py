@@ -89,6 +89,10 @@ class Memory:
     def from_file(cls, path: str | os.PathLike, offset: int = 0, size: int | None = None,
                   protect: int = PROT_READ | PROT_WRITE) -> "Memory":
         """Map a region of a file (the training-weights file of the NNAPI guide, a model's constants)."""
+        if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0:
+            raise bad_data(f"memory offset must be a non-negative int, got {offset!r}")
+        if isinstance(protect, bool) or not isinstance(protect, int):
+            raise bad_data(f"memory protection must be a combination of PROT_READ and PROT_WRITE, got {protect!r}")
         flags = os.O_RDWR if protect & PROT_WRITE else os.O_RDONLY
         try:
             fd = os.open(os.fspath(path), flags)
@@ -96,7 +100,11 @@ class Memory:
             raise bad_data(f"cannot open memory file {path!r}: {e}") from None
         try:
             if size is None:
-                size = os.fstat(fd).st_size - offset
+                file_size = os.fstat(fd).st_size
+                if offset >= file_size:
+                    raise bad_data(f"memory file {os.fspath(path)!r}: offset {offset} is at or beyond its "
+                                   f"end ({file_size} bytes)")
+                size = file_size - offset
             memory = cls.from_fd(size, protect, fd, offset)
             memory.path = os.fspath(path)
             return memory

@@ -120,10 +120,10 @@ class Model:
             if op.type.code == OperandCode.MODEL:
                 raise bad_data(f"set_operand_value: operand {index} is a MODEL operand; "
                                "use set_operand_value_from_model")
-            buffer = _as_bytes_view(value, op.type, f"set_operand_value: operand {index}")
             if not op.type.is_scalar and not op.type.is_fully_specified:
                 raise bad_data(f"set_operand_value: operand {index} needs fully specified dimensions to hold a "
                                f"constant, has {op.type.dimensions}")
+            buffer = _as_bytes_view(value, op.type, f"set_operand_value: operand {index}")
             expected = op.type.byte_size()
             if buffer.nbytes != expected:
                 raise bad_data(f"set_operand_value: operand {index} of type {op.type.describe()} needs "
@@ -162,8 +162,8 @@ class Model:
                 raise bad_data(f"set_operand_value_from_model: operand {index}: expected a Model")
             if model is self:
                 raise bad_data(f"set_operand_value_from_model: operand {index}: a model cannot reference itself")
-            if not model.finished:
-                raise bad_data(f"set_operand_value_from_model: operand {index}: the referenced model is not finished")
+            if not model.finished:  # NNAPI: BAD_STATE (the referenced model is in the wrong state)
+                raise bad_state(f"set_operand_value_from_model: operand {index}: the referenced model is not finished")
             op.lifetime, op.value = OperandLifetime.SUBGRAPH, model
 
     # -- operations ---------------------------------------------------------------------------
@@ -433,12 +433,17 @@ class Model:
 def _as_bytes_view(value: Any, t: OperandType, what: str) -> memoryview:
     """The raw bytes of a constant, referenced without copying when the dtype already matches."""
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return memoryview(value).cast("B")
+        view = memoryview(value)
+        return view.cast("B") if view.c_contiguous else memoryview(view.tobytes())
     try:
         arr = np.asarray(value)
         if arr.dtype != t.dtype:
             if arr.dtype.kind in "fc" and t.dtype.kind in "iub":
                 raise bad_data(f"{what}: float value given for {t.code.name}")
+            if arr.dtype.kind in "iu" and t.dtype.kind in "iu" and arr.size:
+                info = np.iinfo(t.dtype)
+                if arr.min() < info.min or arr.max() > info.max:
+                    raise bad_data(f"{what}: value out of range for {t.code.name} [{info.min}, {info.max}]")
             arr = arr.astype(t.dtype)
         arr = np.ascontiguousarray(arr)
     except MltsError:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,12 +44,31 @@ ZERO_POINT_RANGE = {
 }
 
 
+def _as_dimension(d) -> int:
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+        raise ValueError(f"dimension {d!r} is not an int")
+    return int(d)
+
+
 @dataclass(frozen=True)
 class SymmPerChannelQuantParams:
     """ANeuralNetworksSymmPerChannelQuantParams: one scale per slice along `channel_dim`."""
 
     scales: tuple[float, ...]
     channel_dim: int
+
+    def __post_init__(self) -> None:
+        # Normalize here so that every later check compares numbers (a malformed value is BAD_DATA).
+        try:
+            if isinstance(self.scales, (str, bytes)):
+                raise TypeError("scales must be a sequence of numbers")
+            object.__setattr__(self, "scales", tuple(float(s) for s in self.scales))
+            if isinstance(self.channel_dim, bool):
+                raise TypeError("channelDim must be an int")
+            object.__setattr__(self, "channel_dim", operator.index(self.channel_dim))
+        except (TypeError, ValueError) as e:
+            raise bad_data(f"per-channel quantization parameters (scales {self.scales!r}, channelDim "
+                           f"{self.channel_dim!r}): {e}") from None
 
 
 @dataclass(frozen=True)
@@ -68,7 +88,7 @@ class OperandType:
             raise bad_data(f"unknown operand type code {self.code!r}") from None
         if self.dimensions is not None:
             try:
-                dims = tuple(int(d) for d in self.dimensions)
+                dims = tuple(_as_dimension(d) for d in self.dimensions)
             except (TypeError, ValueError):
                 raise bad_data(f"{self.code.name}: dimensions must be a sequence of ints, got {self.dimensions!r}") from None
             object.__setattr__(self, "dimensions", dims)
@@ -77,6 +97,9 @@ class OperandType:
             object.__setattr__(self, "zero_point", int(self.zero_point))
         except (TypeError, ValueError):
             raise bad_data(f"{self.code.name}: scale/zeroPoint must be numbers") from None
+        if self.channel_quant is not None and not isinstance(self.channel_quant, SymmPerChannelQuantParams):
+            raise bad_data(f"{self.code.name}: channel_quant must be SymmPerChannelQuantParams or None, "
+                           f"got {type(self.channel_quant).__name__}")
 
     # -- convenience constructors -------------------------------------------------------------
     @staticmethod
@@ -158,6 +181,8 @@ def validate_operand_type(t: OperandType, what: str, *, allow_unspecified_dims: 
         if t.is_fully_specified and t.element_count() * t.dtype.itemsize > 2**40:
             raise bad_data(f"{what}: tensor of {t.element_count()} elements is too large")
     code = t.code
+    if not -2**31 <= t.zero_point < 2**31:
+        raise bad_data(f"{what}: {code.name} zeroPoint {t.zero_point} does not fit in int32")
     if code in QUANT_ASYMM_CODES or code in QUANT_SYMM_CODES:
         if not (t.scale > 0.0) or not math.isfinite(t.scale):
             raise bad_data(f"{what}: {code.name} requires a positive finite scale, got {t.scale}")
