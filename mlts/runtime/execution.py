@@ -16,7 +16,7 @@ import numpy as np
 
 from . import vlog
 from .compilation import Compilation
-from .enums import (DEFAULT_LOOP_TIMEOUT_NS, MAXIMUM_LOOP_TIMEOUT_NS, NO_TIMING, DurationCode, OperandCode,
+from .enums import (DEFAULT_LOOP_TIMEOUT_NS, MAXIMUM_LOOP_TIMEOUT_NS, NO_TIMING, DurationCode,
                     ResultCode)
 from .errors import MltsError, bad_data, bad_state
 from .execution_plan import Step, log as plan_log

@@ -10,7 +10,7 @@ from mlts.runtime import (PROT_READ, FuseCode, Memory, MltsError, Model, Operand
                           Preference, Priority, ResultCode)
 from mlts.runtime.drivers import ReferenceDriver
 from mlts.runtime.enums import OperandLifetime
-from mlts.runtime.hal import DataLocation, HalModel, HalOperand, HalOperation, Request, RequestArgument
+from mlts.runtime.hal import DataLocation, HalModel, HalOperation, Request, RequestArgument
 
 F32 = OperandType(OperandCode.TENSOR_FLOAT32, (2, 2))
 

@@ -88,7 +88,6 @@ def run_request(graph: PreparedGraph, request: Request, measure: bool, deadline:
                 loop_timeout_ns: int, driver_name: str, checkpoint=None) -> ExecutionResult:
     """Serve one request on a prepared graph: read inputs from pools, run, write outputs to pools."""
     t_driver = time.perf_counter_ns()
-    sg = graph.model.main
     try:
         in_types = validate_request(request, graph.model)
         if deadline is not None and time.monotonic() > deadline:
