@@ -1,6 +1,7 @@
 """Compilation (ANeuralNetworksCompilation): partition a finished model and prepare it on drivers."""
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from typing import Any, Sequence
@@ -38,6 +39,7 @@ class Compilation:
         self.plan_log: list[str] = []
         self._lock = threading.Lock()
         self._cpu_fallback: dict[Any, PreparedModel] = {}
+        self._finish_failed = False
 
     @classmethod
     def for_devices(cls, model: Model, devices: Sequence[Device]) -> "Compilation":
@@ -100,13 +102,17 @@ class Compilation:
     def finish(self) -> None:
         with self._lock:
             self._check_not_finished("finish")
+            if self._finish_failed:
+                raise bad_state("finish: an earlier finish() of this compilation failed")
+            self._finish_failed = True  # cleared below on success (NNAPI marks the compilation finished first)
             hal = self.model.hal_model()
             deadline = deadline_from_timeout(self.timeout_ns)
             cpu = self.cpu_device if self.allows_cpu_fallback else None
             plan = partition(hal, self.devices, self.preference, cpu)
             try:
                 for step in plan.steps:
-                    step.prepared = self._prepare(step.device, step.model, deadline)
+                    step.prepared = self._prepare(step.device, step.model, deadline,
+                                                  f"step{step.index}:" + ",".join(map(str, step.operations)))
             except MltsError as e:
                 if not self.allows_cpu_fallback:
                     raise
@@ -116,28 +122,31 @@ class Compilation:
                 plan.log_lines.append(line)
                 whole = Step(0, cpu, -1, list(range(len(hal.main.operations))), hal,
                              list(hal.main.input_indexes), list(hal.main.output_indexes))
-                whole.prepared = self._prepare(cpu, hal, deadline)
+                whole.prepared = self._prepare(cpu, hal, deadline, "whole")
                 plan = ExecutionPlan([whole], plan.log_lines)
             self.plan = plan
             self.plan_log = plan.log_lines
             self.finished = True
+            self._finish_failed = False
             vlog.log("compilation", f"compiled into {len(plan.steps)} step(s): "
                                     + ", ".join(s.device.name for s in plan.steps))
 
-    def _cache_handles(self, device: Device) -> CacheHandles | None:
+    def _cache_handles(self, device: Device, part: str) -> CacheHandles | None:
+        """Cache files of one partition: the token is derived per device and per partition (as NNAPI does)."""
         if self.cache_dir is None:
             return None
         n_model, n_data = device.driver.get_number_of_cache_files_needed()
         if n_model == 0 and n_data == 0:
             return None
-        stem = os.path.join(self.cache_dir, f"{self.cache_token.hex()}-{device.name}")
+        token = hashlib.sha256(self.cache_token + device.name.encode() + b"/" + part.encode()).digest()
+        stem = os.path.join(self.cache_dir, token.hex())
         return CacheHandles(tuple(f"{stem}.model{k}" for k in range(n_model)),
-                            tuple(f"{stem}.data{k}" for k in range(n_data)), self.cache_token)
+                            tuple(f"{stem}.data{k}" for k in range(n_data)), token)
 
-    def _prepare(self, device: Device, model: HalModel, deadline: float | None) -> PreparedModel:
+    def _prepare(self, device: Device, model: HalModel, deadline: float | None, part: str) -> PreparedModel:
         try:
             prepared = device.driver.prepare_model(model, self.preference, self.priority, deadline,
-                                                   self._cache_handles(device))
+                                                   self._cache_handles(device, part))
         except MltsError:
             raise
         except Exception as e:  # the runtime must survive any driver
@@ -151,7 +160,7 @@ class Compilation:
         """The CPU preparation of a step (or of the whole model) for execution-time fallback."""
         with self._lock:
             if key not in self._cpu_fallback:
-                self._cpu_fallback[key] = self._prepare(self.cpu_device, model, None)
+                self._cpu_fallback[key] = self._prepare(self.cpu_device, model, None, f"cpu-fallback:{key}")
             return self._cpu_fallback[key]
 
     def check_finished(self, call: str) -> None:

@@ -20,7 +20,7 @@ from .enums import (DEFAULT_LOOP_TIMEOUT_NS, MAXIMUM_LOOP_TIMEOUT_NS, NO_TIMING,
                     ResultCode)
 from .errors import MltsError, bad_data, bad_state
 from .execution_plan import Step, log as plan_log
-from .hal import (BurstContext, DataLocation, ExecutionResult, OutputShape, PreparedModel, Request,
+from .hal import (NO_TIMING_INFO, BurstContext, DataLocation, ExecutionResult, OutputShape, PreparedModel, Request,
                   RequestArgument, Timing, deadline_from_timeout)
 from .hal_validation import effective_type
 from .memory import Memory
@@ -482,16 +482,19 @@ class _Runner:
             result = self._send(step, prepared, request, use_burst)
             if result.status == ResultCode.OUTPUT_INSUFFICIENT_SIZE and result.output_shapes:
                 # Runtime-owned buffers grow to the reported shapes; application buffers are the user's to grow.
+                if len(result.output_shapes) != len(out_specs):
+                    raise MltsError(ResultCode.OP_FAILED, f"{step.device.name} reported {len(result.output_shapes)} "
+                                                          f"output shapes for {len(out_specs)} outputs")
                 if any(isinstance(b, _Binding) and not s.is_sufficient
                        for b, s in zip(buffers, result.output_shapes)) or attempt == 2:
                     raise MltsError(ResultCode.OUTPUT_INSUFFICIENT_SIZE, result.message or "output buffer too small",
-                                    output_shapes=result.output_shapes)
+                                    output_shapes=self._model_output_shapes(step, result.output_shapes))
                 buffers = self._allocate_outputs(out_specs, result.output_shapes)
                 continue
             break
         if result.status != ResultCode.NO_ERROR:
             raise MltsError(result.status, f"{step.device.name}: {result.message or result.status.name}",
-                            output_shapes=result.output_shapes or None)
+                            output_shapes=self._model_output_shapes(step, result.output_shapes))
         if len(result.output_shapes) != len(out_specs):
             raise MltsError(ResultCode.OP_FAILED, f"{step.device.name} reported {len(result.output_shapes)} "
                                                   f"output shapes for {len(out_specs)} outputs")
@@ -511,9 +514,20 @@ class _Runner:
                     values[operand_index] = buf.memory.array(buf.offset, t.dtype, dims) if _fits(buf, t, dims) else None
                     if values[operand_index] is None:
                         raise MltsError(ResultCode.OUTPUT_INSUFFICIENT_SIZE, "output memory too small",
-                                        output_shapes=result.output_shapes)
+                                        output_shapes=self._model_output_shapes(step, result.output_shapes))
             else:
                 values[operand_index] = _view_as(buf, t, dims)
+
+    def _model_output_shapes(self, step: Step, step_shapes: list[OutputShape]) -> list[OutputShape] | None:
+        """A step's reported shapes mapped onto the model's outputs (declared dims where the step has none)."""
+        if not step_shapes or len(step_shapes) != len(step.outputs):
+            return None
+        main = self.comp.model.hal_model().main
+        shapes = [OutputShape(tuple(main.operands[i].type.dimensions or ()), True) for i in main.output_indexes]
+        for operand_index, shape in zip(step.outputs, step_shapes):
+            if operand_index in main.output_indexes:
+                shapes[main.output_indexes.index(operand_index)] = shape
+        return shapes
 
     def _allocate_outputs(self, out_specs, reported) -> list[Any]:
         buffers = []
@@ -548,8 +562,13 @@ class _Runner:
                                                                      f"(status {result.status!r})")
         if any(not isinstance(s, OutputShape) for s in shapes):
             return ExecutionResult(ResultCode.OP_FAILED, [], message="driver returned invalid output shapes")
-        if status != result.status or shapes is not result.output_shapes:
-            result = ExecutionResult(status, shapes, result.timing, result.message)
+        timing = result.timing
+        if not isinstance(timing, Timing) or not all(
+                isinstance(v, (int, np.integer)) and 0 <= v <= NO_TIMING for v in (timing.time_on_device,
+                                                                                  timing.time_in_driver)):
+            timing = NO_TIMING_INFO
+        if status != result.status or shapes is not result.output_shapes or timing is not result.timing:
+            result = ExecutionResult(status, shapes, timing, result.message)
         return result
 
 

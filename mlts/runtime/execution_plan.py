@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from .enums import DeviceType, OperandCode, OperandLifetime, OperationCode, Preference
+from . import vlog
+from .drivers.reference import REFERENCE_DEVICE_NAME
+from .enums import OperandCode, OperandLifetime, OperationCode, Preference
 from .errors import MltsError, bad_data
 from .hal import HalModel, HalOperand, PerformanceInfo, PreparedModel, Subgraph
 from .manager import Device
@@ -96,15 +98,15 @@ def find_best_device_for_each_operation(model: HalModel, devices: list[Device], 
                 lines.append(f"getCapabilities({d.name}) failed: {type(e).__name__}: {e}")
                 supported[k] = [False] * len(model.main.operations)
                 continue
-            if best is None or perf < best_perf or (perf == best_perf and d.type == DeviceType.CPU
-                                                     and devices[best].type != DeviceType.CPU):
+            # Ties go to the CPU implementation itself (nnapi-reference), not to any CPU-type driver.
+            if best is None or perf < best_perf or (perf == best_perf and d.name == REFERENCE_DEVICE_NAME):
                 best, best_perf = k, perf
         if best is None:
-            if cpu is None:
-                raise bad_data(f"no selected device supports operation {pos} ({op.type.name})")
-            best = -1
-        index_shown = best if best >= 0 else f"cpu-fallback ({cpu.name})"
-        lines.append(f"findBestDeviceForEachOperation({op.type.name}): {index_shown}")
+            for line in lines:
+                log.info(line)
+            raise bad_data(f"no {'selected ' if cpu is None else ''}device supports operation {pos} "
+                           f"({op.type.name})")
+        lines.append(f"findBestDeviceForEachOperation({op.type.name}): {best}")
         choice.append(best)
     return choice
 
@@ -173,6 +175,7 @@ def partition(model: HalModel, devices: list[Device], preference: Preference, cp
                          f"{[model.main.operations[p].type.name for p in s.operations]}")
     for line in lines:
         log.info(line)
+        vlog.log("compilation", line)
     return plan
 
 

@@ -86,6 +86,20 @@ def _validate_subgraph(model: HalModel, sg: Subgraph, s: int, n_subgraphs: int) 
     for i in sg.output_indexes:
         if i not in written:
             raise bad_data(f"{where}: output operand {i} is never written")
+    consumers = [0] * n
+    for op in sg.operations:
+        for i in op.inputs:
+            consumers[i] += 1
+    for i, operand in enumerate(sg.operands):
+        if operand.lifetime == OperandLifetime.TEMPORARY_VARIABLE and i not in written:
+            raise bad_data(f"{where}: operand {i} is never written")
+        if operand.number_of_consumers != consumers[i]:
+            raise bad_data(f"{where}: operand {i} has an incorrect number of consumers "
+                           f"({operand.number_of_consumers}, counted {consumers[i]})")
+        if operand.lifetime == OperandLifetime.SUBGRAPH_INPUT and i not in sg.input_indexes:
+            raise bad_data(f"{where}: operand {i} is SUBGRAPH_INPUT but not a subgraph input")
+        if operand.lifetime == OperandLifetime.SUBGRAPH_OUTPUT and i not in sg.output_indexes:
+            raise bad_data(f"{where}: operand {i} is SUBGRAPH_OUTPUT but not a subgraph output")
 
 
 def _validate_operation(model: HalModel, sg: Subgraph, j: int) -> None:

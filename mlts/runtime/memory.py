@@ -62,9 +62,11 @@ class Memory:
     def from_fd(cls, size: int, protect: int, fd: int, offset: int = 0) -> "Memory":
         """ANeuralNetworksMemory_createFromFd: map `size` bytes of `fd` from `offset` with `protect`."""
         size = _check_size(size, "file memory")
-        if not isinstance(offset, int) or offset < 0:
-            raise bad_data(f"memory offset must be a non-negative int, got {offset!r}")
-        if not isinstance(protect, int) or protect & ~(PROT_READ | PROT_WRITE) or protect == 0:
+        offset = _as_int(offset, "memory offset")
+        protect = _as_int(protect, "memory protection")
+        if offset < 0:
+            raise bad_data(f"memory offset must be non-negative, got {offset}")
+        if protect & ~(PROT_READ | PROT_WRITE) or protect == 0:
             raise bad_data(f"memory protection must be a combination of PROT_READ and PROT_WRITE, got {protect!r}")
         try:
             file_size = os.fstat(fd).st_size
@@ -89,10 +91,10 @@ class Memory:
     def from_file(cls, path: str | os.PathLike, offset: int = 0, size: int | None = None,
                   protect: int = PROT_READ | PROT_WRITE) -> "Memory":
         """Map a region of a file (the training-weights file of the NNAPI guide, a model's constants)."""
-        if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0:
-            raise bad_data(f"memory offset must be a non-negative int, got {offset!r}")
-        if isinstance(protect, bool) or not isinstance(protect, int):
-            raise bad_data(f"memory protection must be a combination of PROT_READ and PROT_WRITE, got {protect!r}")
+        offset = _as_int(offset, "memory offset")
+        protect = _as_int(protect, "memory protection")
+        if offset < 0:
+            raise bad_data(f"memory offset must be non-negative, got {offset}")
         flags = os.O_RDWR if protect & PROT_WRITE else os.O_RDONLY
         try:
             fd = os.open(os.fspath(path), flags)
@@ -124,8 +126,8 @@ class Memory:
     def check_region(self, offset: int, length: int, what: str, *, for_write: bool = False) -> None:
         if self.closed:
             raise bad_data(f"{what}: memory {self.name} has been freed")
-        if not isinstance(offset, (int, np.integer)) or not isinstance(length, (int, np.integer)):
-            raise bad_data(f"{what}: offset and length must be ints")
+        offset = _as_int(offset, f"{what}: offset")
+        length = _as_int(length, f"{what}: length")
         if offset < 0 or length < 0 or offset + length > self.size:
             raise bad_data(f"{what}: region [offset {offset}, length {length}] is outside memory "
                            f"{self.name} of {self.size} bytes")
@@ -165,9 +167,15 @@ class Memory:
         return f"<Memory {self.name} {self.size} bytes>"
 
 
+def _as_int(value: Any, what: str) -> int:
+    """A plain Python int (no numpy wrap-around in later arithmetic); bools and floats refused."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise bad_data(f"{what} must be an int, got {value!r}")
+    return int(value)
+
+
 def _check_size(size: Any, what: str) -> int:
-    if not isinstance(size, (int, np.integer)) or isinstance(size, bool):
-        raise bad_data(f"{what} size must be an int, got {type(size).__name__}")
+    size = _as_int(size, f"{what} size")
     if size <= 0:
         raise bad_data(f"{what} size must be positive, got {size}")
     if size > 2**40:

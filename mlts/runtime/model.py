@@ -276,11 +276,10 @@ class Model:
         for i, rec in enumerate(self._operands):
             if rec.type.code == OperandCode.TENSOR_QUANT8_SYMM_PER_CHANNEL:
                 validate_operand_type(rec.type, f"finish: operand {i}")
-            if rec.lifetime == OperandLifetime.TEMPORARY_VARIABLE and i not in self._inputs and i not in producer:
-                used = any(i in op.inputs for op in self._operations) or i in self._outputs
-                if used:
-                    raise bad_data(f"finish: operand {i} is read but has no value: it is neither a model input, "
-                                   "a constant, nor the output of an operation")
+            if rec.lifetime == OperandLifetime.TEMPORARY_VARIABLE and i not in self._inputs and i not in producer \
+                    and rec.type.code != OperandCode.MODEL:
+                raise bad_data(f"finish: operand {i} is never written: it is neither a model input, "
+                               "a constant, nor the output of an operation")
             if rec.type.code == OperandCode.MODEL and rec.lifetime not in (OperandLifetime.SUBGRAPH,
                                                                           OperandLifetime.TEMPORARY_VARIABLE):
                 raise bad_data(f"finish: MODEL operand {i} must refer to a model")

@@ -10,7 +10,7 @@ from mlts.runtime import (PROT_READ, FuseCode, Memory, MltsError, Model, Operand
                           Preference, Priority, ResultCode)
 from mlts.runtime.drivers import ReferenceDriver
 from mlts.runtime.enums import OperandLifetime
-from mlts.runtime.hal import DataLocation, HalModel, HalOperation, Request, RequestArgument
+from mlts.runtime.hal import DataLocation, HalModel, HalOperand, HalOperation, Request, RequestArgument
 
 F32 = OperandType(OperandCode.TENSOR_FLOAT32, (2, 2))
 
@@ -126,3 +126,15 @@ def test_output_in_read_only_pool_is_refused(tmp_path):
     request = Request((RequestArgument(False, DataLocation(0, 0, 16)),),
                       (RequestArgument(False, DataLocation(0, 16, 16)),), (ro,))
     assert prepared.execute_synchronously(request, False, None, 0).status == ResultCode.BAD_DATA
+
+
+def test_driver_refuses_wrong_consumer_counts_and_unwritten_temporaries():
+    model = _add_model()
+    with pytest.raises(MltsError) as info:
+        _prepare(_replace_operand(model, 0, number_of_consumers=3))
+    assert "number of consumers" in info.value.message
+    extra = HalOperand(F32, OperandLifetime.TEMPORARY_VARIABLE)
+    dangling = dataclasses.replace(model, main=dataclasses.replace(model.main, operands=model.main.operands + (extra,)))
+    with pytest.raises(MltsError) as info:
+        _prepare(dangling)
+    assert "operand 4 is never written" in info.value.message

@@ -85,3 +85,17 @@ def test_freed_memory_cannot_be_used():
     with pytest.raises(MltsError) as info:
         mem.check_region(0, 4, "input 0")
     assert "freed" in info.value.message
+
+
+def test_numpy_offsets_cannot_wrap_around():
+    from mlts.runtime import Model, OperandCode, OperandType
+
+    mem = Memory.create_shared(64)
+    with pytest.raises(MltsError) as info:
+        mem.check_region(np.uint64(2**64 - 16), np.uint64(16), "operand 0")
+    assert info.value.code == ResultCode.BAD_DATA
+    m = Model()
+    c = m.add_operand(OperandType(OperandCode.TENSOR_FLOAT32, (4,)))
+    with pytest.raises(MltsError):
+        m.set_operand_value_from_memory(c, mem, np.uint64(2**64 - 16), np.uint64(16))
+    m.set_operand_value_from_memory(c, mem, np.int64(16), np.int64(16))  # numpy ints are fine in range

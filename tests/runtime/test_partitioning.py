@@ -113,14 +113,15 @@ def test_tie_goes_to_the_cpu(register):
     assert tie.prepare_calls == 0
 
 
-def test_tie_with_a_cpu_typed_driver_registered_after_an_accelerator(register):
-    """Between two equal non-reference devices the CPU-typed one wins, whatever the registration order."""
+def test_tie_between_non_reference_devices_goes_to_the_first_listed(register):
+    """NNAPI breaks ties only in favour of the CPU implementation itself (nnapi-reference): a CPU-typed
+    vendor driver gets no preference, so the first of two equal devices in the list wins."""
     accel = FakeDriver("accel", 0.5, 0.5)
     cpu2 = FakeDriver("cpu-two", 0.5, 0.5, device_type=DeviceType.CPU)
     register(accel, cpu2)
     comp = compile_all(chain_model([ADD]))
     assert index_in(comp, "accel") < index_in(comp, "cpu-two")
-    assert comp.plan_log[-1] == "partitionTheWork: only one best device: cpu-two"
+    assert comp.plan_log[-1] == "partitionTheWork: only one best device: accel"
 
 
 def test_relaxed_float_performance_is_used_when_relaxed(register):
@@ -561,3 +562,66 @@ def test_broken_drivers_never_leak_non_mlts_errors(register, make):
     except MltsError:
         pass
     assert d in devices()
+
+
+def test_insufficient_output_in_a_partitioned_model_reports_model_output_shapes(register):
+    """The too-small buffer is on the CPU step of an ADD(accel) -> MUL(cpu) plan: the reported shapes
+    are per model output, not per step output."""
+    register(FakeDriver("add-only", 0.5, 0.5, operations={ADD}))
+    model = dynamic_chain_model([ADD, MUL], out_dims=(0, 0))
+    comp = compile_all(model)
+    assert len(comp.plan.steps) == 2
+    ex = Execution(comp)
+    ex.set_input(0, rand())
+    ex.set_input(1, rand())
+    ex.set_output(0, np.empty((1, 2), np.float32))
+    with pytest.raises(MltsError) as info:
+        ex.compute()
+    assert info.value.code == ResultCode.OUTPUT_INSUFFICIENT_SIZE
+    assert ex.get_output_operand_dimensions(0) == (3, 4)
+    with pytest.raises(MltsError) as info:
+        ex.get_output_operand_dimensions(1)
+    assert info.value.code == ResultCode.BAD_DATA
+
+
+def test_driver_returning_malformed_timing_reads_as_unavailable(register):
+    from mlts.runtime.enums import NO_TIMING, DurationCode
+    from mlts.runtime.hal import ExecutionResult
+
+    class BadTiming(FakeDriver):
+        def prepare_model(self, *a, **kw):
+            inner = super().prepare_model(*a, **kw)
+            original = inner.execute_synchronously
+
+            def execute(*args, **kwargs):
+                r = original(*args, **kwargs)
+                return ExecutionResult(r.status, r.output_shapes, None, r.message)
+            inner.execute_synchronously = execute
+            return inner
+
+    (dev,) = register(BadTiming("bad-timing"))
+    comp = Compilation.for_devices(chain_model([ADD]), [dev])
+    comp.finish()
+    ex = Execution(comp)
+    ex.set_measure_timing(True)
+    x, y = rand(seed=1), rand(seed=2)
+    ex.set_input(0, x)
+    ex.set_input(1, y)
+    ex.compute()
+    np.testing.assert_allclose(ex.get_output(0), x + y)
+    assert ex.get_duration(DurationCode.ON_HARDWARE) == NO_TIMING
+
+
+def test_an_operation_no_device_supports_fails_at_once():
+    from mlts.runtime import OperationCode
+
+    m = Model()
+    t = OperandType(OperandCode.TENSOR_FLOAT32, (2,))
+    a, b = m.add_operand(t), m.add_operand(t)
+    m.add_operation(OperationCode.LSH_PROJECTION, [a], [b])  # no mlts kernel
+    m.identify_inputs_and_outputs([a], [b])
+    m.finish()
+    with pytest.raises(MltsError) as info:
+        compile_all(m)
+    assert info.value.code == ResultCode.BAD_DATA
+    assert "operation 0 (LSH_PROJECTION)" in info.value.message
