@@ -1,0 +1,123 @@
+"""The bundled model zoo: MobileNet v1/v2 at the MLTS sizes, float and 8-bit quantized.
+
+Float models are built from the trained weights shipped in `mlts/models/weights/` (float16 storage);
+quantized ones are produced by the project's own post-training quantizer, calibrated on the
+calibration split of the bundled image set, the first time they are needed, and cached (under
+$MLTS_CACHE or ~/.cache/mlts). Nothing is downloaded.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..runtime import MltsError, ResultCode
+from .mobilenet import ZOO_CONFIGS, build_onnx, macs, model_name, weight_shapes
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+CALIBRATION_IMAGES = 200
+QUANT_SUFFIX = {None: "", "uint8": "_quant", "int8": "_quant_int8"}
+# Bump when the ONNX builder or the quantizer changes what they produce, to invalidate caches.
+BUILD_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    family: str  # "v1" | "v2"
+    alpha: float
+    resolution: int
+    quantization: str | None  # None (float32) | "uint8" | "int8" (per-channel weights)
+
+    @property
+    def base_name(self) -> str:
+        return model_name(self.family, self.alpha, self.resolution)
+
+    @property
+    def weights_path(self) -> Path:
+        return WEIGHTS_DIR / f"{self.base_name}.npz"
+
+    @property
+    def available(self) -> bool:
+        return self.weights_path.exists()
+
+    @property
+    def macs(self) -> int:
+        return macs(self.family, self.alpha, self.resolution)
+
+    @property
+    def parameters(self) -> int:
+        return sum(int(np.prod(s)) for s in weight_shapes(self.family, self.alpha).values())
+
+    @property
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (1, 3, self.resolution, self.resolution)
+
+
+def zoo() -> list[ZooEntry]:
+    """Every bundled model: float, uint8 and int8 variants of each MLTS size."""
+    return [ZooEntry(model_name(f, a, r) + QUANT_SUFFIX[q], f, a, r, q)
+            for f, a, r in ZOO_CONFIGS for q in (None, "uint8", "int8")]
+
+
+def get_entry(name: str) -> ZooEntry:
+    for e in zoo():
+        if e.name == name:
+            return e
+    raise MltsError(ResultCode.BAD_DATA, f"no zoo model named {name!r} (see `mlts models`)")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MLTS_CACHE", Path.home() / ".cache" / "mlts")) / "zoo"
+
+
+def load_weights(entry: ZooEntry) -> dict[str, np.ndarray]:
+    if not entry.available:
+        raise MltsError(ResultCode.BAD_DATA, f"{entry.name}: trained weights {entry.weights_path} are missing "
+                                             "(run tools/train_zoo.py)")
+    with np.load(entry.weights_path) as data:
+        return {k: data[k].astype(np.float32) for k in data.files}
+
+
+_build_lock = threading.Lock()
+
+
+def onnx_path(name: str) -> Path:
+    """The model's ONNX file, built (and for quantized models, calibrated) on first use and cached."""
+    entry = get_entry(name)
+    digest = hashlib.sha256(entry.weights_path.read_bytes() if entry.available else b"").hexdigest()[:12]
+    path = cache_dir() / f"{entry.name}-{BUILD_VERSION}-{digest}.onnx"
+    with _build_lock:
+        if not path.exists():
+            model = _build(entry)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(model.SerializeToString())
+            os.replace(tmp, path)  # never a partial file under the final name
+    return path
+
+
+def _build(entry: ZooEntry):
+    float_model = build_onnx(entry.family, entry.alpha, entry.resolution, load_weights(entry), name=entry.name)
+    if entry.quantization is None:
+        return float_model
+    from ..datasets.preprocess import to_float_input
+    from ..datasets.shapes import ShapesDataset
+    from .quantizer import quantize_model
+
+    calib = ShapesDataset("calibration", entry.resolution, CALIBRATION_IMAGES)
+    inputs = (to_float_input(images) for images, _ in calib.batches(1))
+    return quantize_model(float_model, inputs, scheme=entry.quantization)
+
+
+def load(name: str):
+    """The zoo model imported into the runtime (an ImportedModel)."""
+    from .onnx_import import import_onnx
+
+    return import_onnx(onnx_path(name))
