@@ -132,7 +132,7 @@ def difficulty(split: str, count: int, offset: int = 0) -> np.ndarray:
 
 
 def train_phase(net, images, labels, *, size_note: str, epochs: float, lr: float, batch: int, seed: int,
-                weight_decay: float = 4e-5, easy_first: np.ndarray | None = None) -> None:
+                weight_decay: float = 4e-5, easy_first: np.ndarray | None = None, optimizer: str = "sgd") -> None:
     """SGD with a one-cycle schedule; with `easy_first` (difficulty scores), the first quarter of the
     steps draws only from the easiest 40% of the images (a curriculum: shape classes with random
     colours sit on a long loss plateau otherwise)."""
@@ -146,8 +146,11 @@ def train_phase(net, images, labels, *, size_note: str, epochs: float, lr: float
     decay, no_decay = [], []
     for name, p in net.named_parameters():
         (no_decay if p.ndim <= 1 else decay).append(p)
-    opt = torch.optim.SGD([{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0}],
-                          lr=lr, momentum=0.9, nesterov=True)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0}]
+    if optimizer == "adam":
+        opt = torch.optim.AdamW(groups, lr=lr)
+    else:
+        opt = torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.15)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=0.05)
     net.train()
@@ -189,6 +192,7 @@ def main() -> int:
     parser.add_argument("--finetune-images", type=int, default=4000)
     parser.add_argument("--finetune-epochs", type=float, default=1.0)
     parser.add_argument("--lr", type=float, default=0.08)
+    parser.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--eval-images", type=int, default=1500)
     parser.add_argument("--no-save", action="store_true")
@@ -213,11 +217,12 @@ def main() -> int:
         low = min(args.low_res, res)
         imgs, labels = rendered("train", low, args.train_images)
         train_phase(net, imgs, labels, size_note=f"{low}px", epochs=args.epochs, lr=args.lr, batch=args.batch,
-                    seed=seed, easy_first=difficulty("train", args.train_images))
+                    seed=seed, easy_first=difficulty("train", args.train_images), optimizer=args.optimizer,
+                    weight_decay=4e-5 if args.optimizer == "sgd" else 1e-4)
         if res != low and args.finetune_images:
             imgs, labels = rendered("train", res, args.finetune_images, offset=args.train_images)
             train_phase(net, imgs, labels, size_note=f"{res}px", epochs=args.finetune_epochs, lr=args.lr / 8,
-                        batch=args.batch, seed=seed + 1)
+                        batch=args.batch, seed=seed + 1, optimizer=args.optimizer)
         held, held_labels = rendered("heldout", res, args.eval_images)
         acc = evaluate_torch(net, held, held_labels)
         print(f"  torch held-out top-1 at {res}px: {acc:.4f}", flush=True)

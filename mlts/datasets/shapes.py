@@ -20,10 +20,10 @@ SPLITS = {"train": 60000, "calibration": 500, "heldout": 1500}
 SUPERSAMPLE = 2
 
 # Difficulty knobs (fixed once the zoo is trained on them).
-RADIUS_RANGE = (0.10, 0.32)      # shape size, as a fraction of the image side
+RADIUS_RANGE = (0.16, 0.36)      # shape size, as a fraction of the image side
 CONTRAST_RANGE = (0.25, 0.9)     # minimum L1 distance between shape and background colours
-MAX_DISTRACTORS = 4              # small blobs and strokes besides the shape
-DISTRACTOR_RADIUS = (0.015, 0.05)
+MAX_DISTRACTORS = 2              # small blobs and strokes besides the shape
+DISTRACTOR_RADIUS = (0.01, 0.03)
 OCCLUDER_PROBABILITY = 0.3       # a stroke across the shape
 NOISE_RANGE = (0.0, 0.12)        # per-pixel Gaussian noise sigma
 
