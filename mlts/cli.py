@@ -14,8 +14,6 @@ NOT_YET = {
     "stress": "the stress suite",
     "report": "report rendering",
     "compare": "baseline comparison",
-    "import": "the ONNX importer",
-    "graphdump": "the ONNX importer (graphdump reads ONNX files)",
 }
 
 
@@ -44,6 +42,36 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_import(args: argparse.Namespace) -> int:
+    from .models import import_onnx
+
+    imported = import_onnx(args.model)
+    if args.json:
+        json.dump(imported.describe_dict(), sys.stdout, indent=2)
+        print()
+    else:
+        print(imported.describe())
+    return 0
+
+
+def _cmd_graphdump(args: argparse.Namespace) -> int:
+    from .models import import_onnx
+
+    imported = import_onnx(args.model)
+    dot = imported.graph_dump()
+    if args.output in (None, "-"):
+        sys.stdout.write(dot)
+        return 0
+    try:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(dot)
+    except OSError as e:
+        print(f"mlts graphdump: error: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.output} ({imported.model.operation_count} operations)")
+    return 0
+
+
 def _not_yet(name: str):
     def run(args: argparse.Namespace) -> int:
         print(f"mlts {name}: not yet available ({NOT_YET[name]} is still being built)", file=sys.stderr)
@@ -57,6 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("devices", help="list the available devices (drivers)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_devices)
+    p = sub.add_parser("import", help="import an ONNX model and print the NNAPI graph, its operand types, "
+                                      "the devices supporting each operation and the partition plan")
+    p.add_argument("model", help="path of an .onnx file")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_import)
+    p = sub.add_parser("graphdump", help="import an ONNX model and write its NNAPI graph in Graphviz dot format")
+    p.add_argument("model", help="path of an .onnx file")
+    p.add_argument("-o", "--output", help="output .dot file (default: standard output)")
+    p.set_defaults(func=_cmd_graphdump)
     for name in NOT_YET:
         p = sub.add_parser(name, help=f"{NOT_YET[name]} (not yet available)")
         p.add_argument("rest", nargs=argparse.REMAINDER)
