@@ -9,7 +9,6 @@ from typing import Sequence
 from .runtime import MltsError
 
 NOT_YET = {
-    "models": "the model zoo (ONNX importer and MobileNet builders)",
     "benchmark": "the benchmark and HTML report",
     "stress": "the stress suite",
     "report": "report rendering",
@@ -39,6 +38,23 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     print(f"{'name':<24} {'type':<12} {'version':<10} {'feature level':<14} hosting")
     for r in rows:
         print(f"{r['name']:<24} {r['type']:<12} {r['version']:<10} {r['feature_level']:<14} {r['hosting']}")
+    return 0
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from .models.zoo import zoo
+
+    rows = [{"name": e.name, "family": e.family, "width": e.alpha, "resolution": e.resolution,
+             "quantization": e.quantization or "float32", "parameters": e.parameters, "macs": e.macs,
+             "trained_weights": e.available} for e in zoo()]
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"{'name':<34} {'type':<8} {'params':>9} {'MACs':>8}  weights")
+    for r in rows:
+        print(f"{r['name']:<34} {r['quantization']:<8} {r['parameters'] / 1e6:>8.2f}M {r['macs'] / 1e6:>7.1f}M  "
+              f"{'trained' if r['trained_weights'] else 'missing (run tools/train_zoo.py)'}")
     return 0
 
 
@@ -85,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("devices", help="list the available devices (drivers)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_devices)
+    p = sub.add_parser("models", help="list the bundled model zoo")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_models)
     p = sub.add_parser("import", help="import an ONNX model and print the NNAPI graph, its operand types, "
                                       "the devices supporting each operation and the partition plan")
     p.add_argument("model", help="path of an .onnx file")
