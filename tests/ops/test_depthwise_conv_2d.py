@@ -13,9 +13,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
-from onnx.reference import ReferenceEvaluator
 
+from conv_reference import onnx_conv, onnx_pads
 from mlts.runtime import FuseCode, MltsError, OperandCode, OperandType, OperationCode, ResultCode
 from mlts.runtime.operand_type import SymmPerChannelQuantParams
 from support.op_runner import Const, run_op
@@ -48,34 +47,9 @@ def dw_inputs(x_t, x, f_t, f, b_t, b, *, multiplier, pads=None, code=None, strid
 
 def onnx_depthwise(x_nhwc, f_1hwc, b, *, onnx_pads=None, auto_pad=None, strides=(1, 1), dilation=(1, 1), fuse=0):
     """Float64 ONNX grouped Conv; strides/dilation as NNAPI (w, h); NHWC in and out."""
-    c = x_nhwc.shape[3]
-    x = np.transpose(np.asarray(x_nhwc, np.float64), (0, 3, 1, 2))
-    w = np.transpose(np.asarray(f_1hwc, np.float64), (3, 0, 1, 2))  # [C*M, 1, h, w]
-    attrs = dict(strides=[strides[1], strides[0]], dilations=[dilation[1], dilation[0]], group=c)
-    if auto_pad:
-        attrs["auto_pad"] = auto_pad
-    else:
-        attrs["pads"] = list(onnx_pads)
-    nodes = [helper.make_node("Conv", ["X", "W", "B"], ["C"], **attrs)]
-    inits = []
-    if fuse == FuseCode.NONE:
-        nodes.append(helper.make_node("Identity", ["C"], ["Y"]))
-    elif fuse == FuseCode.RELU:
-        nodes.append(helper.make_node("Relu", ["C"], ["Y"]))
-    else:
-        lo, hi = (-1.0, 1.0) if fuse == FuseCode.RELU1 else (0.0, 6.0)
-        inits = [helper.make_tensor("lo", TensorProto.DOUBLE, [], [lo]), helper.make_tensor("hi", TensorProto.DOUBLE, [], [hi])]
-        nodes.append(helper.make_node("Clip", ["C", "lo", "hi"], ["Y"]))
-    graph = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info(n, TensorProto.DOUBLE, None) for n in "XWB"],
-                              [helper.make_tensor_value_info("Y", TensorProto.DOUBLE, None)], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    y = ReferenceEvaluator(model).run(None, {"X": x, "W": w, "B": np.asarray(b, np.float64)})[0]
-    return np.transpose(y, (0, 2, 3, 1))
-
-
-def onnx_pads(pads):
-    left, right, top, bottom = pads
-    return [top, left, bottom, right]
+    # A depthwise [1, h, w, C*M] filter is the OHWI [C*M, h, w, 1] filter of a conv with group = C.
+    return onnx_conv(x_nhwc, np.transpose(np.asarray(f_1hwc), (3, 1, 2, 0)), b, onnx_pads=onnx_pads,
+                     auto_pad=auto_pad, strides=strides, dilation=dilation, fuse=fuse, group=np.shape(x_nhwc)[3])
 
 
 # -- float ----------------------------------------------------------------------------------------
