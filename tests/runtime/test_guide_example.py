@@ -78,9 +78,11 @@ def test_guide_example_distinct_values_and_layout(tmp_path):
 
 
 def extract_readme_python() -> str:
+    """The README's NNAPI guide example: the ```python block that builds the ADD/MUL model."""
     blocks = re.findall(r"^```python\n(.*?)^```", README.read_text(), re.S | re.M)
-    assert len(blocks) == 1, "expected exactly one ```python block in README.md"
-    return blocks[0]
+    guide = [b for b in blocks if "model.add_operation(OperationCode.ADD, [1, 0, 2], [4])" in b]
+    assert len(guide) == 1, "expected exactly one NNAPI guide ```python block in README.md"
+    return guide[0]
 
 
 def test_readme_code_block_runs(tmp_path, monkeypatch):
