@@ -7,14 +7,12 @@ dequantize -> float conv -> requantize, and signed/unsigned variants agreeing up
 """
 from __future__ import annotations
 
-import math
 import zlib
-from fractions import Fraction
 
 import numpy as np
 import pytest
 
-from conv_reference import onnx_conv, onnx_pads
+from conv_reference import onnx_conv, onnx_pads, f32, ref_act_range, ref_quantize_multiplier, ref_rescale
 from mlts.runtime import FuseCode, MltsError, OperandCode, OperandType, OperationCode, ResultCode
 from mlts.runtime.operand_type import SymmPerChannelQuantParams
 from support.op_runner import Const, run_op
@@ -116,49 +114,6 @@ def test_output_shape_unknown_dims_are_inferred():
 
 
 # -- independent integer reference ----------------------------------------------------------------
-def ref_quantize_multiplier(real: float) -> tuple[int, int]:
-    """real ~= m * 2**(e - 31) with m a 31-bit mantissa (rounded half away from zero)."""
-    if real == 0:
-        return 0, 0
-    mant, e = math.frexp(real)
-    m = int(Fraction(mant) * 2**31 + Fraction(1, 2))  # mant > 0: floor(x + 1/2) is round-half-away
-    if m == 2**31:
-        m, e = m // 2, e + 1
-    if e < -31:
-        return 0, 0
-    return m, e
-
-
-def ref_rescale(acc: int, m: int, e: int) -> int:
-    """acc * m * 2**(e-31) the gemmlowp way: saturating left shift, doubling high multiply rounding
-    half toward +infinity, then a rounding right shift rounding half away from zero."""
-    left, right = max(e, 0), max(-e, 0)
-    v = max(-2**31, min(2**31 - 1, acc * 2**left))
-    if v == m == -2**31:
-        hi = 2**31 - 1
-    else:
-        hi = math.floor(Fraction(v * m, 2**31) + Fraction(1, 2))
-    q = Fraction(hi, 2**right)
-    return int(math.floor(abs(q) + Fraction(1, 2))) * (1 if q >= 0 else -1)
-
-
-def ref_act_range(fuse, scale, zp, qmin, qmax):
-    def q(r):
-        v = Fraction(r) / Fraction(scale)
-        return zp + int(math.floor(abs(v) + Fraction(1, 2))) * (1 if v >= 0 else -1)
-    if fuse == FuseCode.RELU:
-        return max(qmin, q(0)), qmax
-    if fuse == FuseCode.RELU6:
-        return max(qmin, q(0)), min(qmax, q(6))
-    if fuse == FuseCode.RELU1:
-        return max(qmin, q(-1)), min(qmax, q(1))
-    return qmin, qmax
-
-
-def f32(v) -> float:
-    return float(np.float32(v))
-
-
 def ref_conv_quant(x, zx, f, zf, bias, pads, strides, dilation, in_scale, f_scales, out_scale, out_zp, fuse, qrange):
     """Plain loops over NHWC/OHWI int data; f_scales has one entry per output channel."""
     left, _, top, _ = pads

@@ -7,14 +7,12 @@ within one step of dequantize -> float -> requantize, and signed/unsigned agreem
 """
 from __future__ import annotations
 
-import math
 import zlib
-from fractions import Fraction
 
 import numpy as np
 import pytest
 
-from conv_reference import onnx_conv, onnx_pads
+from conv_reference import onnx_conv, onnx_pads, f32, ref_act_range, ref_quantize_multiplier, ref_rescale
 from mlts.runtime import FuseCode, MltsError, OperandCode, OperandType, OperationCode, ResultCode
 from mlts.runtime.operand_type import SymmPerChannelQuantParams
 from support.op_runner import Const, run_op
@@ -116,46 +114,6 @@ def test_output_shape_unknown_dims_are_inferred():
 
 
 # -- independent integer reference ------------------------------------------------------------------
-def ref_quantize_multiplier(real: float) -> tuple[int, int]:
-    """real ~= m * 2**(e - 31), m a 31-bit mantissa rounded half away from zero."""
-    if real == 0:
-        return 0, 0
-    mant, e = math.frexp(real)
-    m = int(Fraction(mant) * 2**31 + Fraction(1, 2))
-    if m == 2**31:
-        m, e = m // 2, e + 1
-    if e < -31:
-        return 0, 0
-    return m, e
-
-
-def ref_rescale(acc: int, m: int, e: int) -> int:
-    """gemmlowp rescale: saturating left shift, doubling high multiply (ties toward +inf),
-    rounding right shift (ties away from zero)."""
-    left, right = max(e, 0), max(-e, 0)
-    v = max(-2**31, min(2**31 - 1, acc * 2**left))
-    hi = 2**31 - 1 if v == m == -2**31 else math.floor(Fraction(v * m, 2**31) + Fraction(1, 2))
-    q = Fraction(hi, 2**right)
-    return int(math.floor(abs(q) + Fraction(1, 2))) * (1 if q >= 0 else -1)
-
-
-def ref_act_range(fuse, scale, zp, qmin, qmax):
-    def q(r):
-        v = Fraction(r) / Fraction(scale)
-        return zp + int(math.floor(abs(v) + Fraction(1, 2))) * (1 if v >= 0 else -1)
-    if fuse == FuseCode.RELU:
-        return max(qmin, q(0)), qmax
-    if fuse == FuseCode.RELU6:
-        return max(qmin, q(0)), min(qmax, q(6))
-    if fuse == FuseCode.RELU1:
-        return max(qmin, q(-1)), min(qmax, q(1))
-    return qmin, qmax
-
-
-def f32(v) -> float:
-    return float(np.float32(v))
-
-
 def ref_dw_quant(x, zx, f, zf, bias, mult, pads, strides, dilation, in_scale, f_scales, out_scale, out_zp, fuse, qrange):
     left, right, top, bottom = pads
     n_, h_, w_, c_ = x.shape

@@ -6,15 +6,14 @@ dequantize -> float -> requantize, and signed/unsigned agreement up to the 128 o
 """
 from __future__ import annotations
 
-import math
 import zlib
-from fractions import Fraction
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
+from conv_reference import f32, ref_act_range, ref_quantize_multiplier, ref_rescale
 from mlts.runtime import FuseCode, MltsError, OperandCode, OperandType, OperationCode, ResultCode
 from mlts.runtime.operand_type import SymmPerChannelQuantParams
 from support.op_runner import Const, run_op
@@ -98,43 +97,6 @@ def test_output_shape_inferred():
 
 
 # -- independent integer reference ------------------------------------------------------------------
-def ref_quantize_multiplier(real: float) -> tuple[int, int]:
-    if real == 0:
-        return 0, 0
-    mant, e = math.frexp(real)
-    m = int(Fraction(mant) * 2**31 + Fraction(1, 2))
-    if m == 2**31:
-        m, e = m // 2, e + 1
-    if e < -31:
-        return 0, 0
-    return m, e
-
-
-def ref_rescale(acc: int, m: int, e: int) -> int:
-    left, right = max(e, 0), max(-e, 0)
-    v = max(-2**31, min(2**31 - 1, acc * 2**left))
-    hi = 2**31 - 1 if v == m == -2**31 else math.floor(Fraction(v * m, 2**31) + Fraction(1, 2))
-    q = Fraction(hi, 2**right)
-    return int(math.floor(abs(q) + Fraction(1, 2))) * (1 if q >= 0 else -1)
-
-
-def ref_act_range(fuse, scale, zp, qmin, qmax):
-    def q(r):
-        v = Fraction(r) / Fraction(scale)
-        return zp + int(math.floor(abs(v) + Fraction(1, 2))) * (1 if v >= 0 else -1)
-    if fuse == FuseCode.RELU:
-        return max(qmin, q(0)), qmax
-    if fuse == FuseCode.RELU6:
-        return max(qmin, q(0)), min(qmax, q(6))
-    if fuse == FuseCode.RELU1:
-        return max(qmin, q(-1)), min(qmax, q(1))
-    return qmin, qmax
-
-
-def f32(v) -> float:
-    return float(np.float32(v))
-
-
 def ref_fc_quant(x, zx, sx, w, zw, sw, bias, out_scale, out_zp, fuse, qrange):
     units, size = w.shape
     rows = x.reshape(-1, size).astype(int).tolist()
