@@ -52,6 +52,7 @@ class Model:
         self._hal: HalModel | None = None
         self._run_order: list[int] = []
         self._inferred: dict[int, OperandType] = {}
+        self._producer: dict[int, int] = {}  # operand index -> index of the operation writing it
 
     # -- state checks -------------------------------------------------------------------------
     def _check_modifiable(self, call: str) -> None:
@@ -99,10 +100,10 @@ class Model:
 
     def _check_settable(self, index: int, call: str) -> _Operand:
         op = self._operands[index]
-        for i, o in enumerate(self._operations):
-            if index in o.outputs:
-                raise bad_data(f"{call}: operand {index} is an output of operation {i} ({o.code.name}) "
-                               "and cannot have a value")
+        if index in self._producer:
+            j = self._producer[index]
+            raise bad_data(f"{call}: operand {index} is an output of operation {j} "
+                           f"({self._operations[j].code.name}) and cannot have a value")
         if index in self._inputs or index in self._outputs:
             raise bad_data(f"{call}: operand {index} is a model input or output and cannot have a value")
         return op
@@ -191,15 +192,17 @@ class Model:
                     raise bad_data(f"{where}: output operand {o} already has a value ({rec.lifetime.name})")
                 if o in self._inputs:
                     raise bad_data(f"{where}: output operand {o} is a model input")
-                for j, other in enumerate(self._operations):
-                    if o in other.outputs:
-                        raise bad_data(f"{where}: operand {o} is already the output of operation {j} "
-                                       f"({other.code.name})")
+                if o in self._producer:
+                    j = self._producer[o]
+                    raise bad_data(f"{where}: operand {o} is already the output of operation {j} "
+                                   f"({self._operations[j].code.name})")
                 if self._operands[o].type.code == OperandCode.MODEL:
                     raise bad_data(f"{where}: output operand {o} is a MODEL operand")
             operation = _Operation(code, ins, outs)
             self._validate_operation(op_index, operation, phase="validate")
             self._operations.append(operation)
+            for o in outs:
+                self._producer[o] = op_index
             return op_index
 
     def _index_list(self, indexes: Sequence[int], what: str) -> tuple[int, ...]:
@@ -229,10 +232,10 @@ class Model:
                 if rec.lifetime != OperandLifetime.TEMPORARY_VARIABLE:
                     raise bad_data(f"identify_inputs_and_outputs: model input operand {i} already has a value "
                                    f"({rec.lifetime.name})")
-                for j, op in enumerate(self._operations):
-                    if i in op.outputs:
-                        raise bad_data(f"identify_inputs_and_outputs: model input operand {i} is the output of "
-                                       f"operation {j} ({op.code.name})")
+                if i in self._producer:
+                    j = self._producer[i]
+                    raise bad_data(f"identify_inputs_and_outputs: model input operand {i} is the output of "
+                                   f"operation {j} ({self._operations[j].code.name})")
             for o in outs:
                 rec = self._operands[o]
                 if rec.lifetime != OperandLifetime.TEMPORARY_VARIABLE:
@@ -269,14 +272,12 @@ class Model:
             raise bad_data("finish: the model has no operations")
         if not self._outputs:
             raise bad_data("finish: the model has no outputs (call identify_inputs_and_outputs)")
-        producer: dict[int, int] = {}
-        for j, op in enumerate(self._operations):
-            for o in op.outputs:
-                producer[o] = j
+        producer = self._producer
+        inputs = set(self._inputs)
         for i, rec in enumerate(self._operands):
             if rec.type.code == OperandCode.TENSOR_QUANT8_SYMM_PER_CHANNEL:
                 validate_operand_type(rec.type, f"finish: operand {i}")
-            if rec.lifetime == OperandLifetime.TEMPORARY_VARIABLE and i not in self._inputs and i not in producer \
+            if rec.lifetime == OperandLifetime.TEMPORARY_VARIABLE and i not in inputs and i not in producer \
                     and rec.type.code != OperandCode.MODEL:
                 raise bad_data(f"finish: operand {i} is never written: it is neither a model input, "
                                "a constant, nor the output of an operation")
