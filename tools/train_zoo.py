@@ -2,8 +2,8 @@
 
     python tools/train_zoo.py --models mobilenet_v1_0.25_128 [--train-images N] [--epochs E]
 
-Each model trains first at a low resolution (cheap on a CPU), then is fine-tuned at its own
-resolution; batch norm is folded into the convolutions and the weights are written, as float16,
+Each model trains at its own resolution (optionally first at a lower one, then fine-tuned),
+with a curriculum (easiest images first) that shortens the initial loss plateau; batch norm is folded into the convolutions and the weights are written, as float16,
 to mlts/models/weights/<name>.npz. Seeds are fixed, so a rerun on the same machine reproduces the
 weights. The held-out accuracy of the exported ONNX model is printed at the end.
 """
@@ -187,12 +187,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", help="zoo names (default: all)")
     parser.add_argument("--train-images", type=int, default=24000)
-    parser.add_argument("--low-res", type=int, default=112)
+    parser.add_argument("--low-res", type=int, default=0,
+                        help="train at this resolution first, then fine-tune at the model's own (0: own only; "
+                             "64 px then 63 fine-tune steps at 128 px reached only 52%%)")
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--finetune-images", type=int, default=4000)
     parser.add_argument("--finetune-epochs", type=float, default=1.0)
-    parser.add_argument("--lr", type=float, default=0.08)
-    parser.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    parser.add_argument("--lr", type=float, default=0.003)
+    parser.add_argument("--optimizer", choices=("sgd", "adam"), default="adam",
+                        help="AdamW 3e-3 leaves the initial loss plateau sooner than SGD 0.08 on this data")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--eval-images", type=int, default=1500)
     parser.add_argument("--no-save", action="store_true")
@@ -214,7 +217,7 @@ def main() -> int:
         seed = sum(map(ord, name))
         torch.manual_seed(seed)
         net = build_torch(family, alpha)
-        low = min(args.low_res, res)
+        low = min(args.low_res, res) if args.low_res else res
         imgs, labels = rendered("train", low, args.train_images)
         train_phase(net, imgs, labels, size_note=f"{low}px", epochs=args.epochs, lr=args.lr, batch=args.batch,
                     seed=seed, easy_first=difficulty("train", args.train_images), optimizer=args.optimizer,
