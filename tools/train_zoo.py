@@ -3,8 +3,9 @@
     python tools/train_zoo.py --models mobilenet_v1_0.25_128 [--train-images N] [--epochs E]
 
 Each model trains at its own resolution (optionally first at a lower one, then fine-tuned),
-with a curriculum (easiest images first) that shortens the initial loss plateau; batch norm is folded into the convolutions and the weights are written, as float16,
-to mlts/models/weights/<name>.npz. Seeds are fixed, so a rerun on the same machine reproduces the
+with a curriculum (easiest images first) that shortens the initial loss plateau; batch norm is
+folded into the convolutions and the weights are written, as float16, to
+mlts/models/weights/<name>.npz. Seeds are fixed, so a rerun on the same machine reproduces the
 weights. The held-out top-1 (torch, at the model's own resolution) is printed at the end.
 """
 from __future__ import annotations
