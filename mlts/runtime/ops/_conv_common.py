@@ -451,3 +451,14 @@ def run_convolution(ctx: OperationContext, p: ConvParams, out_hw: tuple[int, int
     else:
         out = finish_float(ctx, acc + centred(ctx, 2), p.fuse)
     return from_nhwc(out, p.nchw)
+
+
+def validate_convolution(ctx: OperationContext, *, depthwise: bool) -> ConvLayout:
+    """The checks CONV_2D and DEPTHWISE_CONV_2D share: input list, types, ranks, scalar parameters."""
+    lay = conv_layout(ctx, depthwise=depthwise)
+    check_conv_types(ctx, filter_channel_dim=3 if depthwise else 0)
+    ctx.check_input_rank(0, 4)
+    ctx.check_input_rank(1, 4)
+    ctx.check_input_rank(2, 1)
+    check_static_scalars(ctx, lay)
+    return lay

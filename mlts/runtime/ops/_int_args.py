@@ -39,3 +39,14 @@ def resolve_axes(ctx: OperationContext, i: int, axes, rank: int) -> list[int]:
         ctx.check(-rank <= a < rank, f"axis {a} out of range [{-rank}, {rank}) for a rank-{rank} input", input=i)
         out.append(a + rank if a < 0 else a)
     return out
+
+
+def validate_data_movement(ctx: OperationContext, supported) -> np.ndarray | None:
+    """SQUEEZE/TRANSPOSE: a tensor plus an optional 1-D INT32 parameter, output quantized like the input.
+    Returns the parameter's values when they are already known."""
+    ctx.check_counts(2, 1)
+    ctx.check_input_type(0, supported)
+    check_int_tensor(ctx, 1, 1, optional=True)
+    ctx.check_input_rank(0, max_rank=4)
+    ctx.check_same_quantization(0, output=0)
+    return known_ints(ctx, 1)

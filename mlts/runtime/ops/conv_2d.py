@@ -29,12 +29,7 @@ class Conv2D(Operation):
     supported_types = cc.CONV_SUPPORTED_TYPES
 
     def validate(self, ctx: OperationContext) -> None:
-        lay = cc.conv_layout(ctx, depthwise=False)
-        cc.check_conv_types(ctx, filter_channel_dim=0)
-        ctx.check_input_rank(0, 4)
-        ctx.check_input_rank(1, 4)
-        ctx.check_input_rank(2, 1)
-        cc.check_static_scalars(ctx, lay)
+        lay = cc.validate_convolution(ctx, depthwise=False)
         self._check_known_dims(ctx, lay)
 
     def _check_known_dims(self, ctx: OperationContext, lay: cc.ConvLayout) -> None:

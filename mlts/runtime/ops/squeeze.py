@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..enums import OperationCode
-from ._int_args import check_int_tensor, known_ints, require_ints, resolve_axes
+from ._int_args import require_ints, resolve_axes, validate_data_movement
 from .base import Operation, OperationContext, Shape
 from .common import FLOAT_AND_QUANT8
 from .registry import register
@@ -20,12 +20,7 @@ class Squeeze(Operation):
     supported_types = FLOAT_AND_QUANT8
 
     def validate(self, ctx: OperationContext) -> None:
-        ctx.check_counts(2, 1)
-        ctx.check_input_type(0, self.supported_types)
-        check_int_tensor(ctx, 1, 1, optional=True)
-        ctx.check_input_rank(0, max_rank=4)
-        ctx.check_same_quantization(0, output=0)
-        axes = known_ints(ctx, 1)
+        axes = validate_data_movement(ctx, self.supported_types)
         rank = ctx.input_rank(0)
         if axes is not None and rank is not None:
             resolve_axes(ctx, 1, axes, rank)
