@@ -1,0 +1,323 @@
+"""Baseline comparison: per case, did latency or accuracy regress beyond thresholds and beyond noise?
+
+Verdicts, per case and overall (the worst case): PASS, WARN, FAIL, in the manner of TFLite's delegate
+performance benchmark. The rules (see `Thresholds` for the numbers):
+
+- both runs ok: median (p50) latency FAILs when it grew by more than `latency_fail_pct` percent,
+  WARNs above `latency_warn_pct` percent, but only when the growth in milliseconds is also larger
+  than the noise: noise_ms = noise_k * max(spread(baseline), spread(current)) with
+  spread(run) = max(p90_ms - p50_ms, std_ms / sqrt(count)). Accuracy (top-1/top-5 accuracy
+  against labels, top-1/top-5 agreement with the reference) FAILs when it dropped by more than
+  `accuracy_fail_points` percentage points, WARNs above `accuracy_warn_points`. A CTS verdict that
+  turns from pass to fail is a FAIL.
+- a case that ran (ok) and now errors or is unsupported: FAIL.
+- a case only in one of the two (new or missing): WARN; a case that did not run in either: PASS.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+from mlts.runtime import MltsError, ResultCode
+
+from .records import BENCHMARK, CaseKey, case_key
+
+PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+_SEVERITY = {PASS: 0, WARN: 1, FAIL: 2}
+ACCURACY_METRICS = ("top1_accuracy", "top5_accuracy", "top1_agreement", "top5_agreement")
+_EPS = 1e-9  # "more than a threshold": a value equal to it up to float rounding is not more
+
+
+def worst(verdicts: Iterable[str]) -> str:
+    return max(verdicts, key=_SEVERITY.__getitem__, default=PASS)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Defaults: a 5% slower median is worth a look (WARN), 15% is a regression (FAIL); a drop of
+    0.5 accuracy points is a look, 2 points a regression (with the 1500-image held-out set, 0.5
+    points is 7-8 images). noise_k scales the runs' own spread (1 = one spread)."""
+
+    latency_warn_pct: float = 5.0
+    latency_fail_pct: float = 15.0
+    accuracy_warn_points: float = 0.5
+    accuracy_fail_points: float = 2.0
+    noise_k: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("latency_warn_pct", "latency_fail_pct", "accuracy_warn_points", "accuracy_fail_points",
+                     "noise_k"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise MltsError(ResultCode.BAD_DATA, f"threshold {name} must be a number >= 0, got {v!r}")
+        if self.latency_warn_pct > self.latency_fail_pct:
+            raise MltsError(ResultCode.BAD_DATA, f"threshold latency_warn_pct ({self.latency_warn_pct}) is above "
+                                                 f"latency_fail_pct ({self.latency_fail_pct})")
+        if self.accuracy_warn_points > self.accuracy_fail_points:
+            raise MltsError(ResultCode.BAD_DATA, f"threshold accuracy_warn_points ({self.accuracy_warn_points}) is "
+                                                 f"above accuracy_fail_points ({self.accuracy_fail_points})")
+
+    def describe(self) -> str:
+        return (f"latency (median) WARN > {self.latency_warn_pct:g}%, FAIL > {self.latency_fail_pct:g}% "
+                f"when beyond noise ({self.noise_k:g} x the larger run spread, spread = max(p90 - p50, std/sqrt(n))); "
+                f"accuracy drop WARN > {self.accuracy_warn_points:g}, FAIL > {self.accuracy_fail_points:g} points; "
+                "CTS pass -> fail and ok -> error: FAIL; new or missing case: WARN")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def spread_ms(latency: dict | None) -> float:
+    """A run's own variability: max(p90 - p50, std / sqrt(count)), 0 when unknown."""
+    if not latency:
+        return 0.0
+    try:
+        upper = float(latency["p90_ms"]) - float(latency["p50_ms"])
+    except (KeyError, TypeError, ValueError):
+        upper = 0.0
+    try:
+        sem = float(latency["std_ms"]) / math.sqrt(int(latency["count"]))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        sem = 0.0
+    return max(upper, sem, 0.0)
+
+
+@dataclass
+class Row:
+    """One case of the comparison. Latency in ms; accuracy values are fractions, deltas in points."""
+
+    model: str
+    driver: str
+    mode: str
+    preference: str
+    verdict: str = PASS
+    reasons: list[str] = field(default_factory=list)
+    baseline_status: str | None = None
+    current_status: str | None = None
+    baseline_p50_ms: float | None = None
+    current_p50_ms: float | None = None
+    delta_ms: float | None = None
+    delta_pct: float | None = None
+    noise_ms: float | None = None
+    accuracy: dict = field(default_factory=dict)
+    baseline_max_abs_error: float | None = None
+    current_max_abs_error: float | None = None
+    baseline_cts_pass: bool | None = None
+    current_cts_pass: bool | None = None
+
+    @property
+    def key(self) -> CaseKey:
+        return (self.model, self.driver, self.mode, self.preference)
+
+    def flag(self, verdict: str, reason: str) -> None:
+        self.verdict = worst([self.verdict, verdict])
+        self.reasons.append(reason)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Comparison:
+    rows: list[Row]
+    thresholds: Thresholds
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        return worst(r.verdict for r in self.rows)
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(1 for r in self.rows if r.verdict == v) for v in (FAIL, WARN, PASS)}
+
+    def exit_code(self, *, fail_on_warn: bool = False) -> int:
+        """0 on PASS and WARN, 1 on FAIL (and on WARN with fail_on_warn)."""
+        v = self.verdict
+        return 1 if v == FAIL or (fail_on_warn and v == WARN) else 0
+
+    def to_dict(self) -> dict:
+        return {"verdict": self.verdict, "counts": self.counts(), "thresholds": self.thresholds.to_dict(),
+                "rows": [r.to_dict() for r in self.rows], "notes": list(self.notes)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
+
+    def to_markdown(self) -> str:
+        """A summary for a CI comment: the cases that need a look in a table, passing ones folded away."""
+        c = self.counts()
+        out = [f"### mlts compare: {self.verdict}", "",
+               f"{c[FAIL]} FAIL, {c[WARN]} WARN, {c[PASS]} PASS of {len(self.rows)} case(s).", "",
+               f"Thresholds: {self.thresholds.describe()}.", ""]
+        show_pref = any(r.preference != "FAST_SINGLE_ANSWER" for r in self.rows)
+        flagged = [r for r in self.rows if r.verdict != PASS]
+        passing = [r for r in self.rows if r.verdict == PASS]
+        if flagged:
+            out += _table(flagged, show_pref) + [""]
+        if passing:
+            label = "All cases pass" if not flagged else f"{len(passing)} passing case(s)"
+            out += ["<details>", f"<summary>{label}</summary>", ""] + _table(passing, show_pref) + ["", "</details>", ""]
+        if self.notes:
+            out += ["Notes:", ""] + [f"- {_cell(n)}" for n in self.notes] + [""]
+        return "\n".join(out)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.2f}" if abs(v) >= 1 else f"{v:.3g}"
+
+
+def _top1(r: Row) -> str:
+    for name in ("top1_accuracy", "top1_agreement"):
+        a = r.accuracy.get(name)
+        if a and (a["baseline"] is not None or a["current"] is not None):
+            b, c = a["baseline"], a["current"]
+            text = f"{'-' if b is None else f'{100 * b:.1f}'} → {'-' if c is None else f'{100 * c:.1f}'}"
+            return text + (" (agreement)" if name == "top1_agreement" else "")
+    return "-"
+
+
+def _table(rows: list[Row], show_pref: bool) -> list[str]:
+    head = ["Verdict", "Model", "Driver", "Mode"] + (["Preference"] if show_pref else []) + [
+        "Median latency (ms)", "Δ", "Top-1 (%)", "Max abs error", "Why"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        latency = (f"{_ms(r.baseline_p50_ms)} → {_ms(r.current_p50_ms)}"
+                   if r.baseline_p50_ms is not None or r.current_p50_ms is not None else "-")
+        delta = f"{r.delta_pct:+.1f}%" if r.delta_pct is not None else "-"
+        err = (f"{r.baseline_max_abs_error:.3g} → {r.current_max_abs_error:.3g}"
+               if r.baseline_max_abs_error is not None and r.current_max_abs_error is not None else "-")
+        cells = [r.verdict, r.model, r.driver, r.mode] + ([r.preference] if show_pref else []) + [
+            latency, delta, _top1(r), err, "; ".join(r.reasons) or "-"]
+        lines.append("| " + " | ".join(_cell(x) for x in cells) + " |")
+    return lines
+
+
+def _latest(records: Iterable[dict], which: str, notes: list[str]) -> dict[CaseKey, dict]:
+    latest: dict[CaseKey, dict] = {}
+    repeats: dict[CaseKey, int] = {}
+    for r in records:
+        if r.get("kind") != BENCHMARK:
+            continue
+        k = case_key(r)
+        if k in latest:
+            repeats[k] = repeats.get(k, 1) + 1
+        latest[k] = r
+    for k, n in repeats.items():
+        notes.append(f"{which}: {n} records for {' / '.join(k)}; compared the last one")
+    return latest
+
+
+def _number(d: dict | None, name: str) -> float | None:
+    if not d:
+        return None
+    v = d.get(name)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _compare_latency(row: Row, base: dict, cur: dict, t: Thresholds) -> None:
+    bl, cl = base.get("latency") or {}, cur.get("latency") or {}
+    b, c = _number(bl, "p50_ms"), _number(cl, "p50_ms")
+    row.baseline_p50_ms, row.current_p50_ms = b, c
+    if b is None or c is None:
+        row.flag(WARN, "median latency missing")
+        return
+    row.delta_ms = c - b
+    row.noise_ms = t.noise_k * max(spread_ms(bl), spread_ms(cl))
+    if b <= 0:
+        row.reasons.append("baseline median is 0 ms; latency not judged")
+        return
+    row.delta_pct = 100.0 * row.delta_ms / b
+    if row.delta_pct > t.latency_warn_pct + _EPS:
+        if row.delta_ms <= row.noise_ms:
+            row.reasons.append(f"latency {row.delta_pct:+.1f}% within noise (±{_ms(row.noise_ms)} ms)")
+        elif row.delta_pct > t.latency_fail_pct + _EPS:
+            row.flag(FAIL, f"latency {row.delta_pct:+.1f}% (> {t.latency_fail_pct:g}%)")
+        else:
+            row.flag(WARN, f"latency {row.delta_pct:+.1f}% (> {t.latency_warn_pct:g}%)")
+
+
+def _compare_accuracy(row: Row, base: dict, cur: dict, t: Thresholds) -> None:
+    ba, ca = base.get("accuracy") or {}, cur.get("accuracy") or {}
+    for name in ACCURACY_METRICS:
+        b, c = _number(ba, name), _number(ca, name)
+        if b is None and c is None:
+            continue
+        drop = None if b is None or c is None else round(100.0 * (b - c), 9)
+        row.accuracy[name] = {"baseline": b, "current": c, "delta_points": None if drop is None else -drop}
+        if c is None:
+            row.flag(WARN, f"{name} not measured now")
+        elif drop is not None and drop > t.accuracy_fail_points + _EPS:
+            row.flag(FAIL, f"{name} -{drop:.2f} points (> {t.accuracy_fail_points:g})")
+        elif drop is not None and drop > t.accuracy_warn_points + _EPS:
+            row.flag(WARN, f"{name} -{drop:.2f} points (> {t.accuracy_warn_points:g})")
+    if ba.get("label_samples") and ca.get("label_samples") and ba["label_samples"] != ca["label_samples"]:
+        row.reasons.append(f"accuracy on {ba['label_samples']} vs {ca['label_samples']} images")
+    row.baseline_max_abs_error = _number(ba, "max_abs_error")
+    row.current_max_abs_error = _number(ca, "max_abs_error")
+    b_cts, c_cts = ba.get("cts_pass"), ca.get("cts_pass")
+    row.baseline_cts_pass = b_cts if isinstance(b_cts, bool) else None
+    row.current_cts_pass = c_cts if isinstance(c_cts, bool) else None
+    if row.current_cts_pass is False:
+        if row.baseline_cts_pass is True:
+            row.flag(FAIL, "outside CTS tolerance (passed in baseline)")
+        elif row.baseline_cts_pass is None:
+            row.flag(WARN, "outside CTS tolerance (not checked in baseline)")
+        else:
+            row.reasons.append("still outside CTS tolerance")
+
+
+def _compare_case(row: Row, base: dict | None, cur: dict | None, t: Thresholds) -> None:
+    if base is None:
+        row.current_status = cur.get("status", "ok")
+        row.flag(WARN, "new case (not in baseline)")
+        return
+    if cur is None:
+        row.baseline_status = base.get("status", "ok")
+        row.flag(WARN, "missing (not in current)")
+        return
+    bs, cs = base.get("status", "ok"), cur.get("status", "ok")
+    row.baseline_status, row.current_status = bs, cs
+    if bs == "ok" and cs != "ok":
+        what = f"now {cs}" + (f": {cur['message']}" if cur.get("message") else "")
+        if cs == "unsupported" and cur.get("unsupported_ops"):
+            what += f" ({', '.join(map(str, cur['unsupported_ops']))})"
+        row.flag(FAIL, what)
+        return
+    if bs != "ok" and cs == "ok":
+        row.reasons.append(f"now runs (was {bs})")
+        return
+    if bs != "ok":
+        if bs == "unsupported" and cs == "error":
+            row.flag(WARN, "now errors (was unsupported)" + (f": {cur['message']}" if cur.get("message") else ""))
+        else:
+            row.reasons.append(f"still {cs}")
+        return
+    _compare_latency(row, base, cur, t)
+    _compare_accuracy(row, base, cur, t)
+
+
+def compare(baseline_records: Iterable[dict], current_records: Iterable[dict],
+            thresholds: Thresholds | None = None) -> Comparison:
+    """Compare two sets of results records (from `read_results`); only "benchmark" records count."""
+    t = thresholds or Thresholds()
+    notes: list[str] = []
+    base = _latest(baseline_records, "baseline", notes)
+    cur = _latest(current_records, "current", notes)
+    if not base:
+        raise MltsError(ResultCode.BAD_DATA, "the baseline has no benchmark records")
+    if not cur:
+        raise MltsError(ResultCode.BAD_DATA, "the current results have no benchmark records")
+    rows = []
+    for key in sorted(set(base) | set(cur)):
+        row = Row(*key)
+        _compare_case(row, base.get(key), cur.get(key), t)
+        rows.append(row)
+    rows.sort(key=lambda r: (-_SEVERITY[r.verdict], r.key))
+    return Comparison(rows=rows, thresholds=t, notes=notes)

@@ -1,0 +1,91 @@
+"""`mlts compare BASELINE CURRENT`: the argument handling and output, kept out of mlts/cli.py.
+
+Exit status: 0 PASS or WARN, 1 FAIL (or WARN with --fail-on-warn), 2 bad input (an unreadable or
+malformed results file, a bad threshold), with a one-line error naming the file or threshold.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mlts.runtime import MltsError, ResultCode
+
+from .compare import Thresholds, compare
+from .fileio import atomic_write
+from .records import read_results
+
+EXIT_BAD_INPUT = 2
+
+
+def add_compare_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `compare` subcommand to the `mlts` parser's subparsers (sets func=run_compare)."""
+    d = Thresholds()
+    p = subparsers.add_parser(
+        "compare", help="compare a run with a baseline; exits 1 on a regression",
+        description="Compare benchmark results with a baseline, case by case (model x driver x mode): "
+                    "median latency and accuracy deltas, a PASS/WARN/FAIL verdict per case and overall. "
+                    "A latency change within the runs' own spread is never a regression. "
+                    "Exit status: 0 PASS or WARN, 1 FAIL, 2 unreadable input.")
+    p.add_argument("baseline", help="baseline run directory or results.jsonl (comma-separate to merge several)")
+    p.add_argument("current", help="current run directory or results.jsonl (comma-separate to merge several)")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON instead of markdown")
+    p.add_argument("--markdown", metavar="FILE", help="also write the markdown summary to FILE (for a CI comment)")
+    p.add_argument("--latency-warn", type=float, default=d.latency_warn_pct, metavar="PCT",
+                   help=f"median latency growth that WARNs, in percent (default {d.latency_warn_pct:g})")
+    p.add_argument("--latency-fail", type=float, default=d.latency_fail_pct, metavar="PCT",
+                   help=f"median latency growth that FAILs, in percent (default {d.latency_fail_pct:g})")
+    p.add_argument("--accuracy-warn", type=float, default=d.accuracy_warn_points, metavar="POINTS",
+                   help=f"accuracy/agreement drop that WARNs, in percentage points (default {d.accuracy_warn_points:g})")
+    p.add_argument("--accuracy-fail", type=float, default=d.accuracy_fail_points, metavar="POINTS",
+                   help=f"accuracy/agreement drop that FAILs, in percentage points (default {d.accuracy_fail_points:g})")
+    p.add_argument("--noise-k", type=float, default=d.noise_k, metavar="K",
+                   help="a latency growth must exceed K x the larger run spread, max(p90 - p50, std/sqrt(n)), "
+                        f"to count (default {d.noise_k:g})")
+    p.add_argument("--fail-on-warn", action="store_true", help="exit 1 on WARN too")
+    p.set_defaults(func=run_compare)
+    return p
+
+
+def _paths(arg: str) -> list[str]:
+    return [part for part in arg.split(",") if part] or [arg]
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Run the comparison and print it; returns the exit status (see the module docstring)."""
+    try:
+        thresholds = Thresholds(latency_warn_pct=args.latency_warn, latency_fail_pct=args.latency_fail,
+                                accuracy_warn_points=args.accuracy_warn, accuracy_fail_points=args.accuracy_fail,
+                                noise_k=args.noise_k)
+        baseline = read_results(_paths(args.baseline))
+        current = read_results(_paths(args.current))
+        for side, results in ((args.baseline, baseline), (args.current, current)):
+            if not results.benchmark_records():
+                raise MltsError(ResultCode.BAD_DATA, f"{side}: no benchmark records")
+        result = compare(baseline.records, current.records, thresholds)
+    except MltsError as e:
+        print(f"mlts compare: error: {e.message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    result.notes[:0] = baseline.problems + current.problems
+    for problem in baseline.problems + current.problems:
+        print(f"mlts compare: warning: {problem}", file=sys.stderr)
+    markdown = result.to_markdown()
+    if args.markdown:
+        try:
+            atomic_write(args.markdown, markdown)
+        except OSError as e:
+            print(f"mlts compare: error: cannot write {args.markdown}: {e.strerror or e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    sys.stdout.write(result.to_json() + "\n" if args.json else markdown)
+    return result.exit_code(fail_on_warn=args.fail_on_warn)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry (`python -m mlts.benchmark.compare_cli`) until `mlts compare` is wired in."""
+    parser = argparse.ArgumentParser(prog="mlts")
+    add_compare_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["compare", *(sys.argv[1:] if argv is None else argv)])
+    return run_compare(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

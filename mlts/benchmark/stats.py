@@ -1,0 +1,283 @@
+"""Latency statistics and the run-length rules that decide how many inferences a benchmark case times.
+
+Durations go in as seconds (what `time.perf_counter` differences give); statistics come out in
+milliseconds, the unit of the report and of the results records.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from mlts.runtime import MltsError, ResultCode
+
+#: Histogram bins when the caller does not choose: the square-root rule, capped so a chart stays readable.
+MAX_HISTOGRAM_BINS = 20
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) of already sorted values, numpy's default ("linear") method.
+
+    Defined here rather than delegated so the report, the README and the tests can state it:
+    the virtual index is h = (q / 100) * (n - 1); with i = floor(h) and t = h - i the result is
+    x[i] + t * (x[i+1] - x[i]) (computed as x[i+1] - (1 - t) * (x[i+1] - x[i]) when t >= 0.5, the
+    form numpy uses, so results agree with `numpy.percentile` to the last bit).
+    """
+    n = len(sorted_values)
+    if n == 0:
+        raise MltsError(ResultCode.BAD_DATA, "percentile of no values")
+    if not 0.0 <= q <= 100.0:
+        raise MltsError(ResultCode.BAD_DATA, f"percentile {q} is outside 0..100")
+    h = (q / 100.0) * (n - 1)
+    i = min(int(math.floor(h)), n - 1)
+    t = h - i
+    a = float(sorted_values[i])
+    if t == 0.0 or i + 1 >= n:
+        return a
+    b = float(sorted_values[i + 1])
+    d = b - a
+    return b - d * (1.0 - t) if t >= 0.5 else a + d * t
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Equal-width bins from the fastest to the slowest run: `edges_ms` has one more entry than `counts`.
+
+    Every bin is half-open [lo, hi) except the last, which is closed (numpy.histogram's rule), so
+    the counts add up to the number of runs. When all runs took the same time there is one bin
+    whose two edges are equal.
+    """
+
+    edges_ms: list[float]
+    counts: list[int]
+
+    def to_dict(self) -> dict:
+        return {"edges_ms": list(self.edges_ms), "counts": list(self.counts)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Histogram":
+        return cls(edges_ms=[float(x) for x in d["edges_ms"]], counts=[int(x) for x in d["counts"]])
+
+
+def histogram(values_ms: Sequence[float], bins: int | None = None) -> Histogram:
+    """Bin latencies for the report's SVG chart (equal widths, so bar heights compare directly)."""
+    n = len(values_ms)
+    if n == 0:
+        raise MltsError(ResultCode.BAD_DATA, "histogram of no values")
+    if bins is None:
+        bins = min(MAX_HISTOGRAM_BINS, max(1, math.ceil(math.sqrt(n))))
+    if bins < 1:
+        raise MltsError(ResultCode.BAD_DATA, f"histogram bins must be >= 1, got {bins}")
+    lo, hi = float(min(values_ms)), float(max(values_ms))
+    if lo == hi:
+        return Histogram(edges_ms=[lo, hi], counts=[n])
+    width = (hi - lo) / bins
+    edges = [lo + width * k for k in range(bins)] + [hi]
+    counts = [0] * bins
+    for v in values_ms:
+        k = int((float(v) - lo) / width)
+        k = min(max(k, 0), bins - 1)
+        # Floating-point division can land a value on the wrong side of an edge; the edges decide.
+        while k > 0 and float(v) < edges[k]:
+            k -= 1
+        while k < bins - 1 and float(v) >= edges[k + 1]:
+            k += 1
+        counts[k] += 1
+    return Histogram(edges_ms=edges, counts=counts)
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Per-inference latency of one benchmark case, in milliseconds.
+
+    `std_ms` is the population standard deviation (numpy's default, ddof=0); percentiles use
+    `percentile` above; `throughput_per_s` is runs per second of summed run time (one inference
+    at a time, so it is 1000 / mean_ms; None when the runs took no measurable time).
+    """
+
+    count: int
+    total_ms: float
+    min_ms: float
+    mean_ms: float
+    std_ms: float
+    p50_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+    throughput_per_s: float | None
+    histogram: Histogram
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["histogram"] = self.histogram.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LatencyStats":
+        values = {k: d[k] for k in cls.__dataclass_fields__ if k != "histogram"}
+        return cls(**values, histogram=Histogram.from_dict(d["histogram"]))
+
+
+def latency_stats(durations_s: Sequence[float], *, bins: int | None = None) -> LatencyStats:
+    """Summarize per-run durations (seconds) as the latency statistics of a results record."""
+    if len(durations_s) == 0:
+        raise MltsError(ResultCode.BAD_DATA, "latency statistics need at least one run")
+    ms = []
+    for d in durations_s:
+        d = float(d)
+        if not math.isfinite(d) or d < 0:
+            raise MltsError(ResultCode.BAD_DATA, f"a run duration must be a finite number >= 0, got {d}")
+        ms.append(d * 1000.0)
+    ms.sort()
+    n = len(ms)
+    total = math.fsum(ms)
+    mean = total / n
+    var = math.fsum((x - mean) ** 2 for x in ms) / n
+    return LatencyStats(
+        count=n,
+        total_ms=total,
+        min_ms=ms[0],
+        mean_ms=mean,
+        std_ms=math.sqrt(var),
+        p50_ms=percentile(ms, 50),
+        p90_ms=percentile(ms, 90),
+        p95_ms=percentile(ms, 95),
+        p99_ms=percentile(ms, 99),
+        max_ms=ms[-1],
+        throughput_per_s=(n * 1000.0 / total) if total > 0 else None,
+        histogram=histogram(ms, bins),
+    )
+
+
+@dataclass(frozen=True)
+class RunLengthRules:
+    """How long one benchmark case runs.
+
+    Warm-up: runs until at least `warmup_runs` runs *and* `warmup_min_s` seconds are done (or
+    `max_s` passes); warm-up runs are never in the statistics. Timed: runs until at least
+    `min_runs` runs *and* `min_s` seconds are done, or until `max_s` seconds of timed running have
+    passed, whichever comes first; there is always at least one timed run. A run in progress is
+    never interrupted, so a case can overrun `max_s` by one run.
+    """
+
+    warmup_runs: int = 2
+    warmup_min_s: float = 0.2
+    min_runs: int = 10
+    min_s: float = 1.0
+    max_s: float = 5.0
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        for fld in ("warmup_runs", "min_runs"):
+            v = getattr(self, fld)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise MltsError(ResultCode.BAD_DATA, f"run-length rule {fld} must be an integer >= 0, got {v!r}")
+        if self.min_runs < 1:
+            raise MltsError(ResultCode.BAD_DATA, f"run-length rule min_runs must be >= 1, got {self.min_runs}")
+        for fld in ("warmup_min_s", "min_s", "max_s"):
+            v = getattr(self, fld)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise MltsError(ResultCode.BAD_DATA, f"run-length rule {fld} must be a number of seconds >= 0, got {v!r}")
+        if self.max_s < self.min_s:
+            raise MltsError(ResultCode.BAD_DATA,
+                            f"run-length rule max_s ({self.max_s} s) is less than min_s ({self.min_s} s)")
+
+    def describe(self) -> str:
+        """One line for `--help` and the report."""
+        return (f"{self.name}: warm-up at least {self.warmup_runs} run(s) and {self.warmup_min_s:g} s "
+                f"(not in the statistics); timed at least {self.min_runs} run(s) and {self.min_s:g} s, "
+                f"stopping at {self.max_s:g} s per case")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunLengthRules":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+#: `--quick`: a few runs per case, so the whole default run fits in a minute on two cores.
+QUICK = RunLengthRules(warmup_runs=1, warmup_min_s=0.0, min_runs=3, min_s=0.1, max_s=0.5, name="quick")
+#: The default: enough runs for stable medians and p90s while the whole run stays under ten minutes.
+DEFAULT = RunLengthRules(warmup_runs=2, warmup_min_s=0.2, min_runs=10, min_s=1.0, max_s=5.0, name="default")
+PRESETS: dict[str, RunLengthRules] = {"quick": QUICK, "default": DEFAULT}
+
+
+def preset(name: str) -> RunLengthRules:
+    """The named preset; an unknown name is a user error naming the choices."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise MltsError(ResultCode.BAD_DATA,
+                        f"unknown run-length preset {name!r} (choose from {', '.join(PRESETS)})") from None
+
+
+@dataclass
+class Measurement:
+    """What `measure` observed: only `durations_s` (timed runs) go into the statistics.
+
+    `first_s` is the very first call (the first inference after compilation, warm-up or not).
+    `returns` holds what `fn` returned on each timed run (e.g. driver-reported timings), when not None.
+    `stopped_by` is "minimums" (both minimums met) or "max_time".
+    """
+
+    durations_s: list[float] = field(default_factory=list)
+    warmup_durations_s: list[float] = field(default_factory=list)
+    first_s: float | None = None
+    returns: list[Any] = field(default_factory=list)
+    warmup_elapsed_s: float = 0.0
+    elapsed_s: float = 0.0
+    stopped_by: str = "minimums"
+
+    def stats(self, *, bins: int | None = None) -> LatencyStats:
+        return latency_stats(self.durations_s, bins=bins)
+
+    def summary(self) -> dict:
+        """The record's `run_length` facts: how many runs were done and why the loop stopped."""
+        return {"warmup_runs_done": len(self.warmup_durations_s), "timed_runs": len(self.durations_s),
+                "warmup_elapsed_s": self.warmup_elapsed_s, "elapsed_s": self.elapsed_s,
+                "stopped_by": self.stopped_by}
+
+
+def measure(fn: Callable[[], Any], rules: RunLengthRules, *,
+            clock: Callable[[], float] = time.perf_counter) -> Measurement:
+    """Call `fn` under `rules`; the clock is injectable so the rules are testable without real time."""
+    m = Measurement()
+
+    def timed_call() -> tuple[float, Any]:
+        t0 = clock()
+        result = fn()
+        d = clock() - t0
+        if m.first_s is None:
+            m.first_s = d
+        return d, result
+
+    start = clock()
+    while True:
+        done = len(m.warmup_durations_s)
+        elapsed = clock() - start
+        if done >= rules.warmup_runs and elapsed >= rules.warmup_min_s:
+            break
+        if elapsed >= rules.max_s:
+            break
+        d, _ = timed_call()
+        m.warmup_durations_s.append(d)
+    m.warmup_elapsed_s = clock() - start
+
+    start = clock()
+    while True:
+        d, result = timed_call()
+        m.durations_s.append(d)
+        if result is not None:
+            m.returns.append(result)
+        elapsed = clock() - start
+        if len(m.durations_s) >= rules.min_runs and elapsed >= rules.min_s:
+            m.stopped_by = "minimums"
+            break
+        if elapsed >= rules.max_s:
+            m.stopped_by = "max_time"
+            break
+    m.elapsed_s = clock() - start
+    return m
