@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from typing import Sequence
 
 from .runtime import MltsError
@@ -16,28 +17,97 @@ NOT_YET = {
 }
 
 
+def add_driver_options(parser: argparse.ArgumentParser) -> None:
+    """`--driver SPEC` (repeatable) and `--in-process`: the drivers a run adds to the built-in devices."""
+    parser.add_argument("--driver", action="append", default=[], metavar="SPEC",
+                        help="add a driver for this run (repeatable; also $MLTS_DRIVERS, comma-separated): "
+                             "faulty:<fault>@<stage> (or faulty:all), sample, package.module:factory, "
+                             "or path/to/driver.py[:factory]")
+    parser.add_argument("--in-process", action="store_true",
+                        help="host the --driver drivers in this process instead of driver services "
+                             "(faster to start; a crashing driver then takes mlts down)")
+
+
+def register_cli_drivers(args: argparse.Namespace) -> list:
+    """Register the drivers of --driver and $MLTS_DRIVERS; every subcommand that runs drivers calls this."""
+    from .runtime.plugins import driver_specs, register_drivers
+
+    specs = driver_specs(getattr(args, "driver", None) or [])
+    return register_drivers(specs, hosting="in-process" if getattr(args, "in_process", False) else None)
+
+
+def _perf(p) -> dict | None:
+    """JSON has no infinity: a type the driver does not offer is null."""
+    if p.exec_time == float("inf") or p.power_usage == float("inf"):
+        return None
+    return {"exec_time": p.exec_time, "power_usage": p.power_usage}
+
+
+def _capabilities_summary(caps) -> str:
+    """One line: the declared (exec time/power) per group of operand types, relative to the CPU's 1.0."""
+    from .runtime import OperandCode
+
+    groups: dict[tuple[float, float], list[str]] = {}
+    for code in OperandCode:
+        p = caps.performance(code)
+        if p.exec_time != float("inf"):
+            groups.setdefault((p.exec_time, p.power_usage), []).append(code.name)
+    if not groups:
+        return "no operand types"
+    parts = []
+    for (t, w), names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        which = "all types" if len(names) == len(OperandCode) else (
+            ",".join(n.replace("TENSOR_", "T_") for n in names) if len(names) <= 4 else f"{len(names)} types")
+        parts.append(f"{t:g}/{w:g} {which}")
+    return "; ".join(parts)
+
+
+def _device_row(d) -> dict:
+    row = {"name": d.name, "type": d.type.name, "version": d.version, "feature_level": d.feature_level,
+           "hosting": d.hosting, "source": getattr(d.driver, "mlts_source", None) or "built-in"}
+    try:
+        caps = d.capabilities
+        row.update({
+            "capabilities": _capabilities_summary(caps),
+            "performance": {code.name: _perf(p) for code, p in sorted(caps.operand_performance.items())},
+            "relaxed_float32_to_float16": _perf(caps.relaxed_float32_to_float16_performance_tensor),
+            "relaxed_float32_to_float16_scalar": _perf(caps.relaxed_float32_to_float16_performance_scalar),
+            "if_performance": _perf(caps.if_performance),
+            "while_performance": _perf(caps.while_performance),
+        })
+        row["cache_files"] = list(d.driver.get_number_of_cache_files_needed())
+        row["extensions"] = list(d.driver.get_supported_extensions())
+    except MltsError as e:  # a dead or broken driver is listed, with what went wrong
+        row.update({"capabilities": f"unavailable ({e})", "error": str(e)})
+    except Exception as e:
+        row.update({"capabilities": f"unavailable ({type(e).__name__}: {e})", "error": f"{type(e).__name__}: {e}"})
+    return row
+
+
+def _level(value: int) -> str:
+    from .runtime import FeatureLevel
+
+    try:
+        return FeatureLevel(value).name.lower().replace("_", " ")
+    except ValueError:
+        return str(value)
+
+
 def _cmd_devices(args: argparse.Namespace) -> int:
     from .runtime import devices
 
-    rows = []
-    for d in devices():
-        caps = d.capabilities
-        rows.append({
-            "name": d.name, "type": d.type.name, "version": d.version, "feature_level": d.feature_level,
-            "hosting": d.hosting,
-            "performance": {code.name: {"exec_time": p.exec_time, "power_usage": p.power_usage}
-                            for code, p in sorted(caps.operand_performance.items())},
-            "relaxed_float32_to_float16": {
-                "exec_time": caps.relaxed_float32_to_float16_performance_tensor.exec_time,
-                "power_usage": caps.relaxed_float32_to_float16_performance_tensor.power_usage},
-        })
+    register_cli_drivers(args)
+    rows = [_device_row(d) for d in devices()]
     if args.json:
         json.dump(rows, sys.stdout, indent=2)
         print()
         return 0
-    print(f"{'name':<24} {'type':<12} {'version':<10} {'feature level':<14} hosting")
+    width = max([24] + [len(r["name"]) + 1 for r in rows])
+    print(f"{'name':<{width}} {'type':<12} {'version':<10} {'feature level':<14} {'hosting':<11} "
+          "capabilities (exec time/power vs CPU)")
     for r in rows:
-        print(f"{r['name']:<24} {r['type']:<12} {r['version']:<10} {r['feature_level']:<14} {r['hosting']}")
+        print(f"{r['name']:<{width}} {r['type']:<12} {r['version']:<10} {_level(r['feature_level']):<14} "
+              f"{r['hosting']:<11} {r['capabilities']}")
     return 0
 
 
@@ -100,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("devices", help="list the available devices (drivers)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_driver_options(p)
     p.set_defaults(func=_cmd_devices)
     p = sub.add_parser("models", help="list the bundled model zoo")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -120,8 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings (a plugin that failed to load, ...) as one plain line on stderr."""
+    print(f"mlts: warning: {str(message).removeprefix('mlts: ')}", file=sys.stderr if file is None else file)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    warnings.showwarning = _show_warning
     try:
         return args.func(args)
     except MltsError as e:

@@ -20,8 +20,8 @@ from .enums import (DEFAULT_LOOP_TIMEOUT_NS, MAXIMUM_LOOP_TIMEOUT_NS, NO_TIMING,
                     ResultCode)
 from .errors import MltsError, bad_data, bad_state
 from .execution_plan import Step, log as plan_log
-from .hal import (NO_TIMING_INFO, BurstContext, DataLocation, ExecutionResult, OutputShape, PreparedModel, Request,
-                  RequestArgument, Timing, deadline_from_timeout)
+from .hal import (NO_TIMING_INFO, BurstContext, CallTiming, DataLocation, ExecutionResult, OutputShape, PreparedModel,
+                  Request, RequestArgument, Timing, deadline_from_timeout)
 from .hal_validation import effective_type
 from .memory import Memory
 from .operand_type import OperandType
@@ -122,6 +122,8 @@ class Execution:
         self._timing = Timing()
         self._fenced_timing: Timing | None = None  # set only by a fenced execution
         self._results: list[np.ndarray | None] = [None] * len(self._out_types)
+        self._calls: list[dict] = []  # per driver call: where its time went (get_timing_breakdown)
+        self._wall_ns = 0
 
     # -- settings -------------------------------------------------------------------------------
     def _check_preparation(self, call: str) -> None:
@@ -307,8 +309,11 @@ class Execution:
             self._output_shapes = None
             self._timing = Timing()
             self._fenced_timing = None
+            self._calls = []
+            self._wall_ns = 0
 
     def _run(self, burst: Burst | None, deadline_override: float | None = None) -> None:
+        started = time.perf_counter_ns()
         try:
             deadline = deadline_override if deadline_override is not None else deadline_from_timeout(self._timeout_ns)
             _Runner(self, burst, deadline).run()
@@ -317,6 +322,7 @@ class Execution:
         except Exception as e:  # nothing but MltsError escapes, and an async Event must always be signalled
             raise MltsError(ResultCode.OP_FAILED, f"execution failed: {type(e).__name__}: {e}") from e
         finally:
+            self._wall_ns = time.perf_counter_ns() - started
             with self._lock:
                 self._state = "completed"
 
@@ -360,6 +366,39 @@ class Execution:
             t = self._fenced_timing if self._fenced_timing is not None else self._timing
         value = t.time_on_device if code in (DurationCode.ON_HARDWARE, DurationCode.FENCED_ON_HARDWARE) else t.time_in_driver
         return NO_TIMING if value == NO_TIMING else value * 1000
+
+    def get_timing_breakdown(self) -> dict:
+        """Extension: where the last computation's wall time went, in microseconds (always measured).
+
+        `total` = `runtime` (this runtime: bindings, partitions, copies) + `ipc` (channels to driver
+        services) + `driver` (inside drivers); `device` is the drivers' reported on-device time (None
+        unless timing was measured and reported). `calls` has the same per driver call, for per-partition
+        tables. Failed computations have a breakdown too.
+        """
+        if self._state != "completed":
+            raise bad_state("get_timing_breakdown: the execution has not completed")
+        calls = [dict(c) for c in self._calls]
+        total = self._wall_ns // 1000
+        ipc = sum(c["ipc"] for c in calls)
+        driver = sum(c["driver"] for c in calls)
+        device_times = [c["device"] for c in calls if c["device"] is not None]
+        return {"total": total, "runtime": max(0, total - ipc - driver), "ipc": ipc, "driver": driver,
+                "device": sum(device_times) if device_times else None, "calls": calls}
+
+    def _record_call(self, step: Step, prepared: PreparedModel, result: ExecutionResult, elapsed_ns: int) -> None:
+        elapsed = elapsed_ns // 1000
+        ct = result.call_timing
+        if isinstance(ct, CallTiming):
+            driver = min(max(0, int(ct.driver)), elapsed)
+            ipc = min(max(0, int(ct.ipc)), elapsed - driver)
+        else:
+            driver, ipc = elapsed, 0
+        on_device = result.timing.time_on_device
+        device = step.device if prepared is step.prepared else self.compilation.cpu_device  # else: CPU fallback
+        self._calls.append({"step": step.index, "device_name": device.name, "hosting": device.hosting,
+                            "status": ResultCode(result.status).name, "ipc": ipc, "driver": driver,
+                            "runtime": elapsed - ipc - driver,
+                            "device": None if on_device == NO_TIMING else int(on_device)})
 
 
 def _as_array(value: Any, t: OperandType, what: str) -> np.ndarray:
@@ -541,6 +580,12 @@ class _Runner:
         return buffers
 
     def _send(self, step: Step, prepared: PreparedModel, request: Request, use_burst: bool) -> ExecutionResult:
+        started = time.perf_counter_ns()
+        result = self._call_driver(step, prepared, request, use_burst)
+        self.ex._record_call(step, prepared, result, time.perf_counter_ns() - started)
+        return result
+
+    def _call_driver(self, step: Step, prepared: PreparedModel, request: Request, use_burst: bool) -> ExecutionResult:
         measure = self.ex._measure
         loop_timeout = self.ex._loop_timeout_ns
         try:
@@ -567,8 +612,10 @@ class _Runner:
                 isinstance(v, (int, np.integer)) and 0 <= v <= NO_TIMING for v in (timing.time_on_device,
                                                                                   timing.time_in_driver)):
             timing = NO_TIMING_INFO
+        call_timing = getattr(result, "call_timing", None)
         if status != result.status or shapes is not result.output_shapes or timing is not result.timing:
-            result = ExecutionResult(status, shapes, timing, result.message)
+            result = ExecutionResult(status, shapes, timing, result.message,
+                                     call_timing if isinstance(call_timing, CallTiming) else None)
         return result
 
 

@@ -125,12 +125,24 @@ class Timing:
 NO_TIMING_INFO = Timing()
 
 
+@dataclass(frozen=True)
+class CallTiming:
+    """Where one call to an out-of-process driver spent its time (microseconds): the client-side proxy's
+    own work (staging application arrays through shared memory), the channel (round trip minus time in
+    the driver), and the driver. In-process drivers leave ExecutionResult.call_timing None."""
+
+    runtime: int = 0
+    ipc: int = 0
+    driver: int = 0
+
+
 @dataclass
 class ExecutionResult:
     status: ResultCode
     output_shapes: list[OutputShape]
     timing: Timing = NO_TIMING_INFO
     message: str = ""
+    call_timing: CallTiming | None = None
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ class Device:
         return f"<Device {self.name} {self.type.name} v{self.version} fl{self.feature_level} {self.hosting}>"
 
 
-_lock = threading.Lock()
+# Re-entrant: an in-process plugin factory may itself ask for devices() while they are being loaded.
+_lock = threading.RLock()
 _devices: list[Device] | None = None
 
 
@@ -64,8 +65,34 @@ def devices() -> list[Device]:
     with _lock:
         if _devices is None:
             _devices = [Device(d) for d in _default_drivers()]
+            _devices.extend(_entry_point_devices(_devices))
             vlog.log("manager", "devices: " + ", ".join(d.name for d in _devices))
         return list(_devices)
+
+
+def _entry_point_devices(present: list[Device]) -> list[Device]:
+    """Installed `mlts.drivers` plugins are devices like the built-in ones (pip install, then
+    `mlts devices` lists them); $MLTS_NO_PLUGINS=1 turns that off. A broken plugin only warns."""
+    import warnings
+
+    from .plugins import PluginWarning, close_driver, entry_point_drivers
+
+    try:
+        found = entry_point_drivers()
+    except Exception as exc:  # the built-in devices must stay usable whatever the plugins do
+        warnings.warn(f"mlts: loading the driver plugins failed: {exc}", PluginWarning, 3)
+        return []
+    taken = {d.name for d in present}
+    out = []
+    for driver in found:
+        if driver.name in taken:
+            warnings.warn(f"mlts: plugin driver {driver.name!r} has the name of a built-in device; skipped",
+                          PluginWarning, 3)
+            close_driver(driver)
+            continue
+        taken.add(driver.name)
+        out.append(Device(driver))
+    return out
 
 
 def register_driver(driver: Driver) -> Device:

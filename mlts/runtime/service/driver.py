@@ -1,0 +1,262 @@
+"""ServiceDriver: a HAL driver whose real implementation runs in a child process (a driver service).
+
+To the runtime it is a driver like any other (`hosting == "service"`); behind it, every HAL call is
+a round trip to the service, with memory pools crossing as file descriptors. A crash in the driver
+kills only the service: its calls fail with DEAD_OBJECT, and the runtime's fallback rules apply.
+A dead service is restarted by the next model-level call (get_supported_operations, prepare_model)
+up to `max_restarts` times; models prepared by the dead one stay dead (DEAD_OBJECT), as their
+state was lost with it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from typing import Any
+
+from .. import vlog
+from ..enums import DeviceType, Preference, Priority, ResultCode
+from ..errors import MltsError, bad_data
+from ..hal import (BurstContext, CacheHandles, CallTiming, Capabilities, Driver, ExecutionResult, HalModel,
+                   PreparedModel, Request)
+from .build import build_driver
+from .client import Connection
+from .pools import StagedPools, model_pools
+from .protocol import Description, strip_model, strip_request
+
+DEFAULT_START_TIMEOUT_S = 60.0  # a loaded CI machine can take seconds to import numpy
+
+
+class ServiceDriver(Driver):
+    """Hosts `import_factory(factory_ref)(*args, **kwargs)` (the driver named `name` if it makes several)
+    in a child process. Starts at construction, so that device listings know its identity; raises
+    MltsError naming the reference if the service cannot start."""
+
+    hosting = "service"
+
+    def __init__(self, factory_ref: str, args: tuple = (), kwargs: dict | None = None, *, name: str | None = None,
+                 start_timeout: float = DEFAULT_START_TIMEOUT_S, call_timeout: float | None = None,
+                 restart: bool = True, max_restarts: int = 3) -> None:
+        if not isinstance(factory_ref, str) or not factory_ref:
+            raise bad_data(f"ServiceDriver: driver reference must be a non-empty string, got {factory_ref!r}")
+        self.factory_ref = factory_ref
+        self._args = tuple(args)
+        self._kwargs = dict(kwargs or {})
+        self._wanted_name = name
+        self.start_timeout = start_timeout
+        self.call_timeout = call_timeout
+        self.restart = restart
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self._lock = threading.Lock()
+        self._holder: list[Connection] = []  # the live connection, for the finalizer (which must not hold self)
+        self._conn = self._start()
+        d = self.description
+        self.name, self.version, self.feature_level = d.name, d.version, d.feature_level
+        self.device_type = DeviceType(d.device_type)
+        weakref.finalize(self, _close_quietly, self._holder)
+
+    # -- the service process --------------------------------------------------------------------
+    def _start(self) -> Connection:
+        label = self._wanted_name or self.factory_ref
+        conn = Connection(label, call_timeout=self.call_timeout)
+        try:
+            description, _, _ = conn.call("start", (self.factory_ref, self._args, self._kwargs, self._wanted_name),
+                                          timeout=self.start_timeout)
+        except MltsError as e:
+            conn.close()
+            raise MltsError(e.code, f"driver service for {self.factory_ref!r} failed to start: {e.message}") from None
+        if not isinstance(description, Description):
+            conn.close()
+            raise MltsError(ResultCode.OP_FAILED, f"driver service for {self.factory_ref!r} sent no description")
+        conn.label = description.name
+        self.description = description
+        self._holder[:] = [conn]
+        return conn
+
+    def _live(self, call: str) -> Connection:
+        """The connection for a model-level call, restarting a dead service when allowed."""
+        with self._lock:
+            conn = self._conn
+            if conn.dead and self.restart and self.restarts < self.max_restarts:
+                self.restarts += 1
+                vlog.log("driver", f"{self.name}: restarting its service (it {conn.death}); "
+                                   f"restart {self.restarts} of {self.max_restarts}")
+                try:
+                    self._conn = conn = self._start()
+                except MltsError as e:
+                    raise MltsError(ResultCode.DEAD_OBJECT, f"{self.name}: {call}: the service {conn.death} and "
+                                                            f"could not be restarted: {e.message}") from None
+            if conn.dead:
+                raise conn.dead_error(call)
+            return conn
+
+    @property
+    def pid(self) -> int:
+        """The service process id (it changes when the service is restarted)."""
+        return self._conn.pid
+
+    @property
+    def alive(self) -> bool:
+        return not self._conn.dead
+
+    def channel_stats(self) -> dict[str, int]:
+        """Bytes, descriptors and messages through the current service's channel (for tests and reports)."""
+        return self._conn.channel.stats()
+
+    def service_stats(self) -> dict[str, int]:
+        """What the service holds: prepared models, bursts, mapped pools (after the releases queued so far)."""
+        value, _, _ = self._live("service_stats").call("ping")
+        return dict(value)
+
+    def close(self) -> None:
+        """Stop the service process; later calls fail with DEAD_OBJECT (no restart after close)."""
+        self.restart = False
+        self._conn.close()
+
+    # -- Driver ---------------------------------------------------------------------------------
+    def get_capabilities(self) -> Capabilities:
+        return self.description.capabilities
+
+    def get_supported_extensions(self) -> list[str]:
+        return list(self.description.extensions)
+
+    def get_number_of_cache_files_needed(self) -> tuple[int, int]:
+        return tuple(self.description.cache_files)  # type: ignore[return-value]
+
+    def wait_for_ready(self) -> None:
+        self._live("wait_for_ready").call("ping")
+
+    def get_supported_operations(self, model: HalModel) -> list[bool]:
+        conn = self._live("get_supported_operations")
+        value, _, _ = self._call(conn, "get_supported_operations", (strip_model(model),), model_pools(model.pools))
+        return list(value)
+
+    def prepare_model(self, model: HalModel, preference: Preference, priority: Priority, deadline: float | None,
+                      cache: CacheHandles | None) -> PreparedModel:
+        conn = self._live("prepare_model")
+        remote_id, _, _ = self._call(conn, "prepare_model", (strip_model(model), preference, priority, deadline, cache),
+                                     model_pools(model.pools), deadline=deadline)
+        return ServicePreparedModel(self, conn, remote_id)
+
+    def prepare_model_from_cache(self, deadline: float | None, cache: CacheHandles) -> PreparedModel:
+        conn = self._live("prepare_model_from_cache")
+        remote_id, _, _ = self._call(conn, "prepare_model_from_cache", (deadline, cache), deadline=deadline)
+        return ServicePreparedModel(self, conn, remote_id)
+
+    def _call(self, conn: Connection, method: str, args: tuple, pools: list | tuple = (), *,
+              deadline: float | None = None) -> tuple[Any, int, int]:
+        try:
+            return conn.call(method, args, pools, deadline=deadline)
+        except MltsError as e:
+            if self.name in e.message:
+                raise
+            raise MltsError(e.code, f"{self.name}: {method}: {e.message}", output_shapes=e.output_shapes) from None
+
+    def __repr__(self) -> str:
+        state = "alive" if self.alive else self._conn.death
+        return f"<ServiceDriver {self.name} ({self.factory_ref}) pid {self.pid} {state}>"
+
+
+class ServicePreparedModel(PreparedModel):
+    """The client's handle on a model prepared in the service; the service drops it when this is collected."""
+
+    def __init__(self, driver: ServiceDriver, conn: Connection, remote_id: int) -> None:
+        self.driver = driver  # keeps the service running while the model is in use
+        self.conn = conn
+        self.remote_id = remote_id
+        self._finalizer = weakref.finalize(self, conn.release_later, "prepared", remote_id)
+
+    def execute_synchronously(self, request: Request, measure: bool, deadline: float | None,
+                              loop_timeout_ns: int) -> ExecutionResult:
+        return run_remote(self.conn, "execute", self.remote_id, request, measure, deadline, loop_timeout_ns)
+
+    def configure_execution_burst(self) -> BurstContext:
+        return ServiceBurstContext(self)
+
+    def close(self) -> None:
+        """Release the service's prepared model now rather than at garbage collection."""
+        if self._finalizer.detach() is not None:
+            self.conn.release_later("prepared", self.remote_id)
+            if not self.conn.dead:
+                try:
+                    self.conn.call("ping")
+                except MltsError:
+                    pass
+
+
+class ServiceBurstContext(BurstContext):
+    """A burst whose server side lives in the service; opened there on its first execution."""
+
+    def __init__(self, prepared: ServicePreparedModel) -> None:
+        super().__init__(prepared)
+        self._remote_id: int | None = None
+        self._lock = threading.Lock()
+
+    def execute(self, request: Request, measure: bool, deadline: float | None,
+                loop_timeout_ns: int) -> ExecutionResult:
+        prepared: ServicePreparedModel = self.prepared  # type: ignore[assignment]
+        with self._lock:
+            if self._remote_id is None:
+                try:
+                    self._remote_id, _, _ = prepared.conn.call("burst_open", (prepared.remote_id,), deadline=deadline)
+                except MltsError as e:
+                    return ExecutionResult(e.code, [], message=e.message)
+                weakref.finalize(self, prepared.conn.release_later, "burst", self._remote_id)
+        return run_remote(prepared.conn, "burst_execute", self._remote_id, request, measure, deadline, loop_timeout_ns)
+
+    def close(self) -> None:
+        if self._remote_id is not None:
+            self.prepared.conn.release_later("burst", self._remote_id)  # type: ignore[attr-defined]
+            self._remote_id = None
+
+
+def run_remote(conn: Connection, method: str, remote_id: int, request: Request, measure: bool,
+               deadline: float | None, loop_timeout_ns: int) -> ExecutionResult:
+    """One execution in the service; never raises (HAL executions report failures in their result).
+
+    Application arrays are staged through scratch shared memory (runtime time); the round trip minus
+    the time the service spent in the driver is IPC time.
+    """
+    start = time.perf_counter_ns()
+    try:
+        staged = StagedPools(request.pools, conn.scratch)
+    except MltsError as e:
+        return ExecutionResult(e.code, [], message=e.message)
+    staged_ns = time.perf_counter_ns() - start
+    reusable = True
+    try:
+        result, driver_us, round_trip_us = conn.call(method, (remote_id, strip_request(request), measure, deadline,
+                                                              loop_timeout_ns), staged.pools, deadline=deadline)
+    except MltsError as e:
+        reusable = e.code not in (ResultCode.MISSED_DEADLINE_TRANSIENT, ResultCode.DEAD_OBJECT)
+        staged.release(reusable=reusable)
+        return ExecutionResult(e.code, [], message=e.message)
+    back = time.perf_counter_ns()
+    if isinstance(result, ExecutionResult) and result.status == ResultCode.NO_ERROR:
+        staged.copy_back()
+    staged.release(reusable=True)
+    if isinstance(result, ExecutionResult):
+        runtime_us = (staged_ns + time.perf_counter_ns() - back) // 1000
+        result.call_timing = CallTiming(runtime=runtime_us, ipc=max(0, round_trip_us - driver_us), driver=driver_us)
+    return result
+
+
+def _close_quietly(holder: list[Connection]) -> None:
+    for conn in holder:
+        try:
+            conn.close()
+        except Exception:
+            pass
+
+
+def host_driver(factory_ref: str, args: tuple = (), kwargs: dict | None = None, *, name: str | None = None,
+                hosting: str = "service", **service_options: Any) -> Driver:
+    """The per-driver hosting setting: the same reference built in this process or in a service."""
+    if hosting == "service":
+        return ServiceDriver(factory_ref, args, kwargs, name=name, **service_options)
+    if hosting == "in-process":
+        if service_options:
+            raise bad_data(f"host_driver: options {sorted(service_options)} apply only to hosting='service'")
+        return build_driver(factory_ref, args, kwargs, name)
+    raise bad_data(f"host_driver: hosting must be 'service' or 'in-process', got {hosting!r}")

@@ -1,0 +1,221 @@
+"""The driver service process: `python -m mlts.runtime.service.host FD` serves one driver over socket FD.
+
+The main thread only reads: it maps the pools each call brings and hands the call to a thread of
+its own, so slow or concurrent executions never stop it from reading. When the channel ends (the
+client closed it, exited or died) the process exits at once, whatever its driver is doing: no
+orphans. SIGINT is ignored: Ctrl-C is the client's to handle.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from ..enums import ResultCode
+from ..errors import MltsError
+from ..hal import BurstContext, Driver, ExecutionResult, PreparedModel
+from .build import build_driver
+from .channel import Channel, ChannelClosed
+from .pools import PoolCache
+from .protocol import Call, Description, Reply, attach_pools
+
+
+class Server:
+    """Serves the calls of one client for one driver (built by the first call, "start")."""
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.driver: Driver | None = None
+        self.pools = PoolCache()
+        self.prepared: dict[int, PreparedModel] = {}
+        self.bursts: dict[int, BurstContext] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._workers = _Workers()
+
+    @property
+    def name(self) -> str:
+        return self.driver.name if self.driver is not None else "driver service"
+
+    def serve(self) -> None:
+        """Until the end of the channel."""
+        while True:
+            try:
+                message, fds = self.channel.recv()
+            except ChannelClosed:
+                return
+            if not isinstance(message, Call):
+                for fd in fds:
+                    os.close(fd)
+                continue
+            if message.method == "shutdown":
+                return
+            self._release(message)
+            try:
+                pools = self.pools.resolve(message.pools, fds)
+            except MltsError as e:
+                self._reply(Reply(message.call_id, error=(int(e.code), f"{self.name}: {e.message}")))
+                continue
+            if message.method in ("start", "ping"):
+                self._handle(message, pools)
+            else:
+                self._workers.submit(self._handle, message, pools)
+
+    def _release(self, message: Call) -> None:
+        self.pools.forget(message.forget)
+        for kind, remote_id in message.release:
+            with self._lock:
+                obj = (self.prepared if kind == "prepared" else self.bursts).pop(remote_id, None)
+            if isinstance(obj, BurstContext):
+                try:
+                    obj.close()
+                except Exception:  # a driver failing to release a burst must not stop the service
+                    pass
+
+    def _handle(self, message: Call, pools: list) -> None:
+        handler = getattr(self, "call_" + message.method, None)
+        start = time.perf_counter_ns()
+        try:
+            if handler is None:
+                raise MltsError(ResultCode.BAD_DATA, f"unknown call {message.method!r}")
+            if self.driver is None and message.method != "start":
+                raise MltsError(ResultCode.BAD_STATE, f"{message.method} before start")
+            value = handler(pools, *message.args)
+            reply = Reply(message.call_id, value, driver_us=(time.perf_counter_ns() - start) // 1000)
+        except MltsError as e:
+            reply = Reply(message.call_id, error=(int(e.code), e.message))
+        except MemoryError:
+            reply = Reply(message.call_id, error=(int(ResultCode.OUT_OF_MEMORY), f"{self.name}: out of memory "
+                                                                                f"in {message.method}"))
+        except BaseException as e:  # the driver's bug (even sys.exit) is its client's error, not our crash
+            reply = Reply(message.call_id, error=(int(ResultCode.OP_FAILED), f"{self.name}: {message.method} raised "
+                                                                             f"{type(e).__name__}: {e}"))
+        self._reply(reply)
+
+    def _reply(self, reply: Reply) -> None:
+        try:
+            payload = Channel.encode(reply)
+        except Exception as e:
+            payload = Channel.encode(Reply(reply.call_id, error=(int(ResultCode.OP_FAILED), f"{self.name}: its "
+                                                                 f"answer cannot be sent: {type(e).__name__}: {e}")))
+        try:
+            self.channel.send_encoded(payload)
+        except ChannelClosed:
+            os._exit(0)  # the client is gone; so are we
+
+    def _register(self, table: dict, obj: Any) -> int:
+        with self._lock:
+            remote_id = next(self._ids)
+            table[remote_id] = obj
+            return remote_id
+
+    def _lookup(self, table: dict, remote_id: int, what: str) -> Any:
+        with self._lock:
+            obj = table.get(remote_id)
+        if obj is None:
+            raise MltsError(ResultCode.BAD_DATA, f"{self.name}: no {what} {remote_id} in the service")
+        return obj
+
+    # -- calls ----------------------------------------------------------------------------------
+    def call_start(self, pools: list, factory_ref: str, args: tuple, kwargs: dict, name: str | None) -> Description:
+        if self.driver is not None:
+            raise MltsError(ResultCode.BAD_STATE, f"{self.name}: already started")
+        driver = build_driver(factory_ref, args, kwargs, name)
+        description = Description(str(driver.name), str(driver.version), int(driver.feature_level),
+                                  int(driver.device_type), driver.get_capabilities(),
+                                  tuple(driver.get_supported_extensions()),
+                                  tuple(int(n) for n in driver.get_number_of_cache_files_needed()), os.getpid())
+        self.driver = driver
+        return description
+
+    def call_ping(self, pools: list) -> dict[str, int]:
+        """Liveness, and what the service holds (leak checks)."""
+        with self._lock:
+            return {"prepared": len(self.prepared), "bursts": len(self.bursts), "pools": len(self.pools)}
+
+    def call_get_supported_operations(self, pools: list, model) -> list[bool]:
+        return [bool(flag) for flag in self.driver.get_supported_operations(attach_pools(model, pools))]
+
+    def call_prepare_model(self, pools: list, model, preference, priority, deadline, cache) -> int:
+        prepared = self.driver.prepare_model(attach_pools(model, pools), preference, priority, deadline, cache)
+        return self._prepared_id(prepared, "prepare_model")
+
+    def call_prepare_model_from_cache(self, pools: list, deadline, cache) -> int:
+        return self._prepared_id(self.driver.prepare_model_from_cache(deadline, cache), "prepare_model_from_cache")
+
+    def _prepared_id(self, prepared: Any, call: str) -> int:
+        if not isinstance(prepared, PreparedModel):
+            raise MltsError(ResultCode.OP_FAILED, f"{self.name}: {call} returned no prepared model")
+        return self._register(self.prepared, prepared)
+
+    def call_execute(self, pools: list, prepared_id: int, request, measure: bool, deadline, loop_timeout_ns: int):
+        prepared = self._lookup(self.prepared, prepared_id, "prepared model")
+        return _execute(self.name, prepared.execute_synchronously, attach_pools(request, pools), measure, deadline,
+                        loop_timeout_ns)
+
+    def call_burst_open(self, pools: list, prepared_id: int) -> int:
+        prepared = self._lookup(self.prepared, prepared_id, "prepared model")
+        return self._register(self.bursts, prepared.configure_execution_burst())
+
+    def call_burst_execute(self, pools: list, burst_id: int, request, measure: bool, deadline, loop_timeout_ns: int):
+        burst = self._lookup(self.bursts, burst_id, "burst")
+        return _execute(self.name, burst.execute, attach_pools(request, pools), measure, deadline, loop_timeout_ns)
+
+
+class _Workers:
+    """Threads for calls: an idle one is reused, a new one is added when all are busy, so that a
+    hung driver call never holds up the others (and no thread is started per call)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, fn, *args: Any) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        if spawn:
+            threading.Thread(target=self._work, name="mlts-service-worker", daemon=True).start()
+        self._jobs.put((fn, args))
+
+    def _work(self) -> None:
+        while True:
+            fn, args = self._jobs.get()
+            fn(*args)
+            with self._lock:
+                self._idle += 1
+
+
+def _execute(name: str, run, request, measure: bool, deadline, loop_timeout_ns: int) -> ExecutionResult:
+    """Executions report failures in their result, as the HAL says, even when the driver raises."""
+    try:
+        return run(request, measure, deadline, loop_timeout_ns)
+    except MltsError as e:
+        return ExecutionResult(e.code, e.output_shapes or [], message=e.message)
+    except Exception as e:
+        return ExecutionResult(ResultCode.OP_FAILED, [], message=f"{name}: execution raised {type(e).__name__}: {e}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or not argv[0].isdigit():
+        print("usage: python -m mlts.runtime.service.host FD  (started by mlts.runtime.service.ServiceDriver)",
+              file=sys.stderr)
+        return 2
+    fd = int(argv[0])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.set_inheritable(fd, False)  # a driver's own child processes must not keep our channel open
+    Server(Channel(socket.socket(fileno=fd))).serve()
+    os._exit(0)  # executions still running in other threads end with us
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Held-out top-1 of every zoo model, float and quantized, as a markdown table for the README.
+
+    python tools/zoo_accuracy.py [--images 1500] [--models NAME ...] [--json out.json]
+
+Runs the zoo's ONNX files (built from the shipped weights, quantized by the project's quantizer)
+through onnxruntime on the held-out split at each model's own resolution; the test suite checks
+separately that the runtime's nnapi-reference agrees with onnxruntime on these files. Quantized
+models run unoptimized: onnxruntime's fused uint8 kernels can overflow on AVX2 CPUs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mlts.datasets.preprocess import INPUT_ZERO_POINT, to_float_input, to_quant_input  # noqa: E402
+from mlts.datasets.shapes import ShapesDataset  # noqa: E402
+from mlts.models.zoo import onnx_path, zoo  # noqa: E402
+
+
+def top1(name: str, quantization: str | None, resolution: int, count: int) -> float:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    if quantization:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(onnx_path(name)), opts, providers=["CPUExecutionProvider"])
+    correct = 0
+    for images, labels in ShapesDataset("heldout", resolution, count).batches(50):
+        if quantization:
+            x = to_quant_input(images, zero_point=INPUT_ZERO_POINT[quantization],
+                               dtype=np.uint8 if quantization == "uint8" else np.int8)
+        else:
+            x = to_float_input(images)
+        for k in range(len(x)):  # the zoo models take batch 1
+            (probs,) = session.run(None, {"input": x[k:k + 1]})
+            correct += int(np.argmax(probs) == labels[k])
+    return correct / count
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=1500)
+    parser.add_argument("--models", nargs="*", help="base names (default: every model with weights)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    rows, figures = [], {}
+    for entry in zoo():
+        if entry.quantization is not None or not entry.available:
+            continue
+        if args.models and entry.base_name not in args.models:
+            continue
+        accs = {q: top1(entry.name + suffix, q, entry.resolution, args.images)
+                for q, suffix in ((None, ""), ("uint8", "_quant"), ("int8", "_quant_int8"))}
+        figures[entry.base_name] = {"float": accs[None], "uint8": accs["uint8"], "int8": accs["int8"],
+                                    "macs": entry.macs, "parameters": entry.parameters,
+                                    "weights_bytes": entry.weights_path.stat().st_size}
+        rows.append(f"| `{entry.base_name}` | {entry.parameters / 1e6:.2f} M | "
+                    f"{entry.weights_path.stat().st_size / 1e6:.2f} MB | {entry.macs / 1e6:.0f} M | "
+                    f"{100 * accs[None]:.1f}% | {100 * accs['uint8']:.1f}% | {100 * accs['int8']:.1f}% |")
+        print(rows[-1], flush=True)
+    print("\n| model | parameters | weights (fp16 npz) | MACs | float top-1 | uint8 top-1 | int8 top-1 |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
