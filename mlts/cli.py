@@ -13,7 +13,6 @@ NOT_YET = {
     "benchmark": "the benchmark and HTML report",
     "stress": "the stress suite",
     "report": "report rendering",
-    "compare": "baseline comparison",
 }
 
 
@@ -184,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="path of an .onnx file")
     p.add_argument("-o", "--output", help="output .dot file (default: standard output)")
     p.set_defaults(func=_cmd_graphdump)
+    from .benchmark.compare_cli import add_compare_parser
+
+    add_compare_parser(sub)  # sets func=run_compare
     for name in NOT_YET:
         p = sub.add_parser(name, help=f"{NOT_YET[name]} (not yet available)")
         p.add_argument("rest", nargs=argparse.REMAINDER)
