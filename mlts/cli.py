@@ -10,9 +10,7 @@ from typing import Sequence
 from .runtime import MltsError
 
 NOT_YET = {
-    "benchmark": "the benchmark and HTML report",
     "stress": "the stress suite",
-    "report": "report rendering",
 }
 
 
@@ -186,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .benchmark.compare_cli import add_compare_parser
 
     add_compare_parser(sub)  # sets func=run_compare
+    from .report.report_cli import add_report_parser
+
+    add_report_parser(sub)
+    from .benchmark.benchmark_cli import add_benchmark_parser
+
+    add_benchmark_parser(sub)  # sets func=run_benchmark
     for name in NOT_YET:
         p = sub.add_parser(name, help=f"{NOT_YET[name]} (not yet available)")
         p.add_argument("rest", nargs=argparse.REMAINDER)

@@ -12,6 +12,10 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
     payload = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp's file is private (0600); results and reports are meant to be shared like any new file.
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
