@@ -121,7 +121,7 @@ def load_drivers(spec: str, *, hosting: str | None = None) -> list[Driver]:
     if hosting == "service" and _service_host(spec) is None:
         hosting = "in-process"
     if hosting == "in-process":
-        drivers = _as_driver_list(_call_factory(import_factory(ref), ref), ref)
+        drivers = make_drivers(ref)
         for d in drivers:
             _mark_source(d, spec)
         return drivers
@@ -131,11 +131,20 @@ def load_drivers(spec: str, *, hosting: str | None = None) -> list[Driver]:
 def build_driver(ref: str, name: str | None = None) -> Driver:
     """The factory a driver service calls: the driver called `name` (or the only one) that `ref` makes."""
     os.environ[NO_PLUGINS_ENV] = "1"  # this process hosts a driver: it must not host the plugins too
-    drivers = _as_driver_list(_call_factory(import_factory(ref), ref), ref)
+    return select_driver(make_drivers(ref), ref, name)
+
+
+def make_drivers(ref: str, args: tuple = (), kwargs: dict | None = None) -> list[Driver]:
+    """`import_factory(ref)(*args, **kwargs)` as a checked list of uniquely named Drivers."""
+    return _as_driver_list(_call_factory(import_factory(ref), ref, args, kwargs), ref)
+
+
+def select_driver(drivers: list[Driver], ref: str, name: str | None) -> Driver:
+    """The driver called `name`, or the only one when `name` is None."""
     if name is None:
         if len(drivers) != 1:
-            raise MltsError(ResultCode.BAD_DATA, f"driver reference {ref!r} makes {len(drivers)} drivers; "
-                                                 "name the one to build")
+            raise MltsError(ResultCode.BAD_DATA, f"driver reference {ref!r} makes {len(drivers)} drivers "
+                                                 f"({', '.join(d.name for d in drivers)}); name the one to build")
         return drivers[0]
     for d in drivers:
         if d.name == name:
@@ -305,9 +314,9 @@ def _absolute_ref(ref: str) -> str:
     return ref
 
 
-def _call_factory(factory: Callable[..., Any], ref: str) -> Any:
+def _call_factory(factory: Callable[..., Any], ref: str, args: tuple = (), kwargs: dict | None = None) -> Any:
     try:
-        return factory()
+        return factory(*tuple(args), **dict(kwargs or {}))
     except MltsError:
         raise
     except Exception as exc:  # a broken factory is the plugin's fault, reported as such
@@ -370,7 +379,7 @@ def _probe_main(ref: str) -> int:
     """Child side of _probe: one JSON line on stdout."""
     os.environ[NO_PLUGINS_ENV] = "1"
     try:
-        names = [d.name for d in _as_driver_list(_call_factory(import_factory(ref), ref), ref)]
+        names = [d.name for d in make_drivers(ref)]
         reply: dict[str, Any] = {"names": names}
     except MltsError as exc:
         reply = {"error": exc.message, "code": int(exc.code)}
