@@ -1,0 +1,256 @@
+"""`mlts benchmark`: argument handling, the run directory's files and the closing report, kept out of
+mlts/cli.py (which only registers the parser).
+
+Exit status: 0 the run finished (whatever its cases' statuses); 1 a usage or input error, no case
+could run (every selected model lacks its trained weights), or a regression against `--baseline` (a
+FAIL verdict of `mlts compare`); 130 interrupted (every finished case is kept; `--resume DIR` continues).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+from mlts.runtime import MltsError, ResultCode
+
+from . import runner as R
+from .records import CSV_FILE, ENVIRONMENT_FILE, RESULTS_FILE, new_run_dir, read_results, to_csv
+
+REPORT_FILE = "index.html"
+EXIT_OK, EXIT_FAIL, EXIT_INTERRUPTED = 0, 1, 130
+#: Options that choose what a run measures; a resumed run takes them from its run.json instead.
+SELECTION_OPTIONS = ("quick", "models", "drivers", "modes", "preference", "images", "no_reference", "no_partition",
+                     "timeout")
+
+#: What the presets took on the development machine (2 cores shared with a training job, so a loaded
+#: machine; see the README), stated in --help so a user knows what to expect.
+MEASURED = ("with nnapi-reference and mlts-fast on 2 cores shared with a training job and other test\n"
+            "  runs (load 4-6): --quick 26 s with a warm model cache, 64-85 s with an empty one (building\n"
+            "  the quantized models and compiling mlts-fast's kernels take about 40 s of that); the\n"
+            "  default 6 to 8 minutes, warm or empty cache (about 5 minutes of CPU time)")
+
+
+def _item(text: str) -> str:
+    return textwrap.fill(text, width=100, initial_indent="  ", subsequent_indent="    ")
+
+
+def _epilog() -> str:
+    q, d = R.PRESET_RULES["quick"], R.PRESET_RULES["default"]
+    return "\n".join([
+        "run-length rules (warm-up runs are never in the statistics; a timed run in progress is never cut):",
+        _item(d.describe()),
+        _item(q.describe()),
+        "models (--models takes names or regular expressions, comma-separated; `mlts models` lists them):",
+        _item(f"default: {', '.join(R.DEFAULT_MODELS)}; accuracy on {R.DEFAULT_IMAGES} held-out images"),
+        _item(f"--quick: {', '.join(R.QUICK_MODELS)}; accuracy on {R.QUICK_IMAGES} held-out images"),
+        "  models without trained weights are skipped with a note",
+        "drivers: every available device (--drivers names or regexes), nnapi-reference first as the",
+        "  baseline row (unless --no-reference). A driver that cannot run a whole model is reported",
+        "  `unsupported` with the operations it lacks, then run partitioned with nnapi-reference",
+        "  taking the rest (unless --no-partition); the record says which operations went where.",
+        "accuracy: against nnapi-reference's outputs on the same inputs (MSE, max abs error, CTS verdict,",
+        "  top-1/top-5 agreement; computed once per model and kept in the run directory) and against",
+        "  the images' labels (top-1/top-5).",
+        f"duration, {MEASURED}.",
+        f"output: a run directory (default reports/<timestamp>/) with {RESULTS_FILE} (one record per case,",
+        f"  appended as each finishes), {CSV_FILE}, {ENVIRONMENT_FILE}, {R.RUN_FILE} and {REPORT_FILE}.",
+        "exit status: 0 run finished (whatever its cases' statuses); 1 bad input, no model could run",
+        "  (no trained weights), or a FAIL against --baseline; 130 interrupted (--resume DIR continues).",
+    ])
+
+
+def add_benchmark_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `benchmark` subcommand to the `mlts` parser's subparsers (sets func=run_benchmark)."""
+    from mlts.cli import add_driver_options
+
+    p = subparsers.add_parser(
+        "benchmark", help="latency and accuracy of the zoo models on every driver; writes the HTML report",
+        description="Run every selected model on every selected driver and mode: compilation time, first\n"
+                    "inference, per-inference latency statistics, driver-reported timing, peak memory, and\n"
+                    "accuracy against nnapi-reference and against labels. Progress (case n of N, ETA) goes\n"
+                    "to stderr; the report path (or the --json summary) to stdout.",
+        epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", default=None,
+                   help="the quick preset: smallest models, quick run-length rules, "
+                        f"{R.QUICK_IMAGES} images (under a minute)")
+    p.add_argument("--models", action="append", metavar="NAMES",
+                   help="models by name or regular expression, comma-separated (repeatable)")
+    p.add_argument("--drivers", action="append", metavar="NAMES",
+                   help="drivers (devices) by name or regular expression, comma-separated (repeatable)")
+    p.add_argument("--no-reference", action="store_true", default=None,
+                   help="leave out the nnapi-reference row (its outputs still score the others' accuracy)")
+    p.add_argument("--no-partition", action="store_true", default=None,
+                   help="do not run unsupported models partitioned with nnapi-reference")
+    p.add_argument("--modes", metavar="MODES",
+                   help="execution modes, comma-separated from sync, burst, async (default: sync)")
+    p.add_argument("--preference", metavar="PREF",
+                   help="compilation preference: fast-single-answer (default), low-power, sustained-speed")
+    p.add_argument("--images", type=int, metavar="N",
+                   help=f"held-out images for accuracy, 0 to 1500 (default {R.DEFAULT_IMAGES}, "
+                        f"--quick {R.QUICK_IMAGES})")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help=f"deadline of each compilation and inference on a single driver, in seconds; a driver "
+                        f"that misses it is an error case and the run goes on (default {R.DEFAULT_TIMEOUT_S:g}; "
+                        "0: none)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--out", metavar="DIR", help="run directory (default: reports/<timestamp>)")
+    where.add_argument("--resume", metavar="DIR",
+                       help="continue an interrupted run in DIR with its own configuration, skipping "
+                            "finished cases")
+    p.add_argument("--retry-errors", action="store_true",
+                   help="with --resume: run the cases that ended in an error again")
+    p.add_argument("--baseline", metavar="RUN",
+                   help="an earlier run directory or results.jsonl (comma-separate to merge several) to "
+                        "compare with, in the report and on stderr; a regression (FAIL) makes the exit status 1")
+    p.add_argument("--no-report", action="store_true", help="do not render index.html")
+    p.add_argument("--json", action="store_true", help="print a JSON summary of the run instead of the report path")
+    add_driver_options(p)
+    p.set_defaults(func=run_benchmark)
+    return p
+
+
+def _err(message: str) -> MltsError:
+    return MltsError(ResultCode.BAD_DATA, message)
+
+
+def _resume_config(args: argparse.Namespace) -> tuple[Path, dict]:
+    run_dir = Path(args.resume)
+    given = [f"--{name.replace('_', '-')}" for name in SELECTION_OPTIONS if getattr(args, name, None)]
+    if given:
+        raise _err(f"--resume continues with the run's own configuration; leave out {', '.join(given)}")
+    run_file = run_dir / R.RUN_FILE
+    if not run_file.is_file():
+        raise _err(f"{run_dir}: not a benchmark run directory (no {R.RUN_FILE}); nothing to resume")
+    try:
+        doc = json.loads(run_file.read_text(encoding="utf-8"))
+        return run_dir, doc
+    except (OSError, ValueError) as e:
+        raise _err(f"{run_file}: unreadable ({e})") from None
+
+
+def _new_config(args: argparse.Namespace) -> R.BenchmarkConfig:
+    quick = bool(args.quick)
+    if args.images is not None and not 0 <= args.images <= 1500:
+        raise _err(f"--images must be from 0 to 1500 (the held-out set), got {args.images}")
+    return R.BenchmarkConfig(
+        models=R.select_models(args.models, quick=quick),
+        drivers=R.select_drivers(args.drivers, reference=not args.no_reference),
+        modes=R.parse_modes(args.modes),
+        preference=R.parse_preference(args.preference).name,
+        rules=R.PRESET_RULES["quick" if quick else "default"],
+        images=args.images if args.images is not None else (R.QUICK_IMAGES if quick else R.DEFAULT_IMAGES),
+        partition=not args.no_partition,
+        reference_row=not args.no_reference,
+        preset="quick" if quick else "default",
+        timeout_s=R.DEFAULT_TIMEOUT_S if args.timeout is None else (args.timeout or None),
+    )
+
+
+def _paths(arg: str) -> list[str]:
+    """Comma-separated run directories (merged), as `mlts compare` takes them."""
+    return [part for part in arg.split(",") if part] or [arg]
+
+
+def _render(run_dir: Path, baseline: str | None, log) -> Path | None:
+    """index.html through mlts.report when it is installed; a failure to render never loses the results."""
+    try:
+        from mlts.report.render import render_report
+    except ImportError:
+        log("the HTML report is not available yet (mlts.report.render); results are in "
+            f"{run_dir / RESULTS_FILE} and {run_dir / CSV_FILE}")
+        return None
+    out = run_dir / REPORT_FILE
+    try:
+        render_report([run_dir], out, baseline=_paths(baseline) if baseline else None)
+    except Exception as e:  # the report is a view of the results: they are safe whatever happens here
+        log(f"rendering {out} failed: {type(e).__name__}: {e}")
+        return None
+    return out
+
+
+def _compare(baseline: str, run_dir: Path, log) -> tuple[int, dict | None]:
+    from .compare import compare
+
+    try:
+        base = read_results(_paths(baseline))
+        result = compare(base.records, read_results(run_dir).records)
+    except MltsError as e:
+        log(f"comparison with {baseline} failed: {e.message}")
+        return EXIT_FAIL, None
+    print(result.to_markdown(), file=sys.stderr)
+    return result.exit_code(), {"verdict": result.verdict, "counts": result.counts()}
+
+
+def run_benchmark(args: argparse.Namespace) -> int:
+    """`mlts benchmark`: select, run, write results.csv / environment.json / index.html, say where."""
+    from mlts.cli import register_cli_drivers
+    from mlts.runtime.plugins import driver_specs
+
+    from .environment import write_environment
+
+    def log(line: str) -> None:
+        print(f"mlts benchmark: {line}", file=sys.stderr, flush=True)
+
+    if args.retry_errors and not args.resume:
+        raise _err("--retry-errors only applies with --resume DIR")
+    if args.resume:
+        run_dir, doc = _resume_config(args)
+        if not args.driver:
+            args.driver = list(doc.get("driver_specs") or [])
+        register_cli_drivers(args)
+        config = R.BenchmarkConfig.from_dict(doc["config"])
+        missing = [d for d in config.drivers if d not in _device_names()]
+        if missing:
+            raise _err(f"--resume: driver(s) {', '.join(missing)} of the run are not available now "
+                       "(give their --driver specs again)")
+        log(f"resuming {run_dir} ({config.preset} preset)")
+    else:
+        register_cli_drivers(args)
+        config = _new_config(args)
+        if args.out:
+            run_dir = Path(args.out)
+            if (run_dir / RESULTS_FILE).exists():
+                raise _err(f"{run_dir} already holds a run; use --resume {run_dir} to continue it, "
+                           "or another --out")
+            run_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            run_dir = new_run_dir("reports")
+    specs = driver_specs(args.driver)
+    if not (run_dir / ENVIRONMENT_FILE).exists():
+        write_environment(run_dir)
+    summary = R.BenchmarkRunner(config, run_dir, stream=sys.stderr, retry_errors=args.retry_errors,
+                                driver_specs=specs).run()
+    records = read_results(run_dir)
+    for problem in records.problems:
+        log(problem)
+    to_csv(records.records, run_dir / CSV_FILE)
+    report = None if args.no_report else _render(run_dir, args.baseline, log)
+    status = EXIT_INTERRUPTED if summary.interrupted else EXIT_OK
+    if not summary.cases and summary.skipped_models and not summary.interrupted:
+        log("no case could run: every selected model lacks its trained weights")
+        status = EXIT_FAIL
+    comparison = None
+    if args.baseline and not summary.interrupted:
+        code, comparison = _compare(args.baseline, run_dir, log)
+        status = status or code
+    c = summary.counts
+    log(f"done in {summary.elapsed_s:.0f} s: {c.get('ok', 0)} ok, {c.get('unsupported', 0)} unsupported, "
+        f"{c.get('error', 0)} error record(s)" + (f"; skipped {len(summary.skipped_models)} model(s) without "
+                                                  "trained weights" if summary.skipped_models else ""))
+    if args.json:
+        out = summary.to_dict()
+        out.update({"report": str(report) if report else None, "results": str(run_dir / RESULTS_FILE),
+                    "csv": str(run_dir / CSV_FILE), "comparison": comparison, "exit_status": status})
+        json.dump(out, sys.stdout, indent=2)
+        print()
+    else:
+        print(f"report: {report}" if report else f"results: {run_dir / RESULTS_FILE}")
+    return status
+
+
+def _device_names() -> list[str]:
+    from mlts.runtime import devices
+
+    return [d.name for d in devices()]

@@ -1,0 +1,859 @@
+"""The benchmark loop: every selected model on every selected driver, in every selected mode.
+
+Per case (model x driver x mode): check what the driver supports (a driver that cannot run the whole
+model is `unsupported`, and, with partitioning allowed, also runs partitioned with nnapi-reference
+taking the rest), compile (timed; again from the cache where the driver caches), time inferences
+under the run-length rules, then score the driver's outputs on held-out images against the
+nnapi-reference outputs (computed once per model and cached in the run directory) and against the
+labels. Each finished case is appended to results.jsonl at once, so a killed run keeps it; a case
+that fails becomes an `error` record and the run goes on.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence, TextIO
+
+import numpy as np
+
+from mlts.runtime import (Burst, Compilation, DurationCode, Execution, MltsError, OperandCode, Preference,
+                          ResultCode)
+from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
+from mlts.runtime.enums import NO_TIMING
+
+from .accuracy import AccuracyAccumulator
+from .fileio import atomic_write
+from .records import MODES, BenchmarkRecord, ResultsWriter, case_key, read_results, to_jsonable, utc_now
+from .stats import DEFAULT, QUICK, Measurement, RunLengthRules, latency_stats, measure
+
+#: The default run: the MobileNets at their default size (width 1.0, 224x224), float and uint8.
+DEFAULT_MODELS = ("mobilenet_v1_1.0_224", "mobilenet_v1_1.0_224_quant",
+                  "mobilenet_v2_1.0_224", "mobilenet_v2_1.0_224_quant")
+#: `--quick`: the smallest v1 and v2, float and uint8.
+QUICK_MODELS = ("mobilenet_v1_0.25_128", "mobilenet_v1_0.25_128_quant",
+                "mobilenet_v2_0.35_128", "mobilenet_v2_0.35_128_quant")
+DEFAULT_IMAGES = 100
+QUICK_IMAGES = 20
+HELDOUT_SPLIT = "heldout"
+#: The held-out image whose input every timed inference uses.
+TIMING_IMAGE_INDEX = 0
+#: How often the memory sampler looks at the process tree's resident set.
+RSS_SAMPLE_INTERVAL_S = 0.05
+#: ...and how often it looks for new child processes (driver services).
+CHILDREN_REFRESH_S = 1.0
+REFERENCE_DIR = "reference"
+RUN_FILE = "run.json"
+PRESET_RULES = {"quick": QUICK, "default": DEFAULT}
+DEFAULT_TIMEOUT_S = 120.0
+
+
+def _bad(message: str) -> MltsError:
+    return MltsError(ResultCode.BAD_DATA, message)
+
+
+# --- selection ---------------------------------------------------------------------------------
+
+def _split_patterns(patterns: str | Iterable[str] | None) -> list[str]:
+    if patterns is None:
+        return []
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    return [p.strip() for item in patterns for p in str(item).split(",") if p.strip()]
+
+
+def _match(patterns: list[str], names: Sequence[str], what: str, listing: str) -> list[str]:
+    """Names chosen by exact names or regular expressions (whole-name match), in `names` order."""
+    chosen: set[str] = set()
+    for p in patterns:
+        if p in names:
+            chosen.add(p)
+            continue
+        try:
+            rx = re.compile(p)
+        except re.error as e:
+            raise _bad(f"{what} {p!r} is neither a known name nor a valid regular expression ({e})") from None
+        hits = [n for n in names if rx.fullmatch(n)]
+        if not hits:
+            raise _bad(f"no {what} matches {p!r} ({listing}: {', '.join(names)})")
+        chosen.update(hits)
+    return [n for n in names if n in chosen]
+
+
+def select_models(patterns: str | Iterable[str] | None = None, *, quick: bool = False) -> list[str]:
+    """Zoo model names from names or regexes; none given: the quick or the default set."""
+    from mlts.models.zoo import zoo
+
+    pats = _split_patterns(patterns)
+    if not pats:
+        return list(QUICK_MODELS if quick else DEFAULT_MODELS)
+    return _match(pats, [e.name for e in zoo()], "model", "the zoo has")
+
+
+def select_drivers(patterns: str | Iterable[str] | None = None, *, reference: bool = True) -> list[str]:
+    """Device names from names or regexes (none given: every device); nnapi-reference first as the
+    baseline row, added to any selection unless `reference` is False."""
+    from mlts.runtime import devices
+
+    names = [d.name for d in devices()]
+    pats = _split_patterns(patterns)
+    chosen = _match(pats, names, "driver", "available devices") if pats else list(names)
+    chosen = [n for n in chosen if n != REFERENCE_DEVICE_NAME]
+    if reference:
+        chosen.insert(0, REFERENCE_DEVICE_NAME)
+    if not chosen:
+        raise _bad("no driver selected (nnapi-reference is excluded by --no-reference)")
+    return chosen
+
+
+def parse_modes(modes: str | Iterable[str] | None) -> list[str]:
+    items = _split_patterns(modes) or ["sync"]
+    out: list[str] = []
+    for m in items:
+        if m not in MODES:
+            raise _bad(f"unknown mode {m!r} (choose from {', '.join(MODES)})")
+        if m not in out:
+            out.append(m)
+    return out
+
+
+def parse_preference(name: str | Preference | None) -> Preference:
+    if name is None:
+        return Preference.FAST_SINGLE_ANSWER
+    if isinstance(name, Preference):
+        return name
+    key = str(name).strip().upper().replace("-", "_")
+    try:
+        return Preference[key]
+    except KeyError:
+        choices = ", ".join(p.name.lower().replace("_", "-") for p in Preference)
+        raise _bad(f"unknown preference {name!r} (choose from {choices})") from None
+
+
+# --- configuration -----------------------------------------------------------------------------
+
+@dataclass
+class BenchmarkConfig:
+    """Everything that decides what a run measures; recorded in run.json and in every record."""
+
+    models: list[str]
+    drivers: list[str]
+    modes: list[str] = field(default_factory=lambda: ["sync"])
+    preference: str = "FAST_SINGLE_ANSWER"
+    rules: RunLengthRules = DEFAULT
+    images: int = DEFAULT_IMAGES
+    partition: bool = True
+    reference_row: bool = True
+    measure_timing: bool = True
+    compile_with_cache: bool = True
+    preset: str = "default"
+    #: Deadline of each compilation and inference on a single device (NNAPI allows none on several), so a
+    #: hanging driver service is given up on and the run goes on; None: no deadline.
+    timeout_s: float | None = DEFAULT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.timeout_s is not None and (isinstance(self.timeout_s, bool)
+                                           or not isinstance(self.timeout_s, (int, float))
+                                           or not math.isfinite(self.timeout_s) or self.timeout_s <= 0):
+            raise _bad(f"timeout must be a number of seconds > 0, got {self.timeout_s!r}")
+        if isinstance(self.images, bool) or not isinstance(self.images, int) or not 0 <= self.images <= 1500:
+            raise _bad(f"images must be an integer from 0 to 1500 (the held-out set), got {self.images!r}")
+        self.modes = parse_modes(self.modes)
+        self.preference = parse_preference(self.preference).name
+        if not self.models:
+            raise _bad("no model selected")
+        if not self.drivers:
+            raise _bad("no driver selected")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["rules"] = self.rules.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BenchmarkConfig":
+        values = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        if "rules" in values:
+            values["rules"] = RunLengthRules.from_dict(values["rules"])
+        return cls(**values)
+
+    def record_config(self) -> dict:
+        """The per-record copy: what this case ran under (the selection lists live in run.json)."""
+        return {"preset": self.preset, "rules": self.rules.to_dict(), "images": self.images,
+                "partition": self.partition, "measure_timing": self.measure_timing, "timeout_s": self.timeout_s,
+                "reference_device": REFERENCE_DEVICE_NAME}
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+class RssSampler:
+    """Peak resident memory of this process and its children (driver services), sampled by a thread
+    so that nothing is measured on the timed path; `case_peak()` restarts the per-case peak."""
+
+    def __init__(self, interval_s: float = RSS_SAMPLE_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self.peak = 0
+        self._case_peak = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._children: list = []
+        self._children_at = -math.inf
+        try:
+            import psutil
+
+            self._proc = psutil.Process()
+        except Exception:  # psutil missing or the process unreadable: no memory figures
+            self._proc = None
+
+    def sample(self) -> int:
+        if self._proc is None:
+            return 0
+        total = 0
+        now = time.monotonic()
+        try:
+            if now - self._children_at >= CHILDREN_REFRESH_S:  # listing children scans /proc: not every tick
+                self._children = self._proc.children(recursive=True)
+                self._children_at = now
+            total = self._proc.memory_info().rss
+        except Exception:
+            return 0
+        for child in self._children:
+            try:
+                total += child.memory_info().rss
+            except Exception:  # a child that just exited
+                pass
+        with self._lock:
+            self.peak = max(self.peak, total)
+            self._case_peak = max(self._case_peak, total)
+        return total
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def start(self) -> "RssSampler":
+        if self._proc is not None and self._thread is None:
+            self.sample()
+            self._thread = threading.Thread(target=self._loop, name="mlts-rss-sampler", daemon=True)
+            self._thread.start()
+        return self
+
+    def case_peak(self) -> int | None:
+        """The peak since the last call (one more sample first, so short cases have one)."""
+        if self._proc is None:
+            return None
+        self.sample()
+        with self._lock:
+            peak, self._case_peak = self._case_peak, 0
+        return peak or None
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+            self._thread = None
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(max(0.0, seconds)))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+class Progress:
+    """One line per case on stderr: case n of N, what ran, elapsed time and an ETA."""
+
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+        self.total = total
+        self.done = 0
+        self.resumed = 0  # cases finished by an earlier run: in n of N, not in the rate behind the ETA
+        self.stream = stream if stream is not None else sys.stderr
+        self.start = time.monotonic()
+
+    def log(self, line: str) -> None:
+        if self.stream is not None:
+            print(f"mlts benchmark: {line}", file=self.stream, flush=True)
+
+    def case_done(self, label: str, outcome: str, counted: bool = True) -> None:
+        if counted:
+            self.done += 1
+        elapsed = time.monotonic() - self.start
+        remaining = self.total - self.done
+        ran = self.done - self.resumed
+        eta = elapsed / ran * remaining if ran > 0 else float("nan")
+        width = len(str(self.total))
+        eta_text = _clock(eta) if math.isfinite(eta) else "?"
+        self.log(f"[{self.done:>{width}}/{self.total}] {label}: {outcome}  "
+                 f"({_clock(elapsed)} elapsed, ETA {eta_text})")
+
+
+def _digest(arrays: Iterable[np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(str(a.dtype).encode() + str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def _file_digest(path: Path) -> str | None:
+    try:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()[:16]
+    except OSError:
+        return None
+
+
+def _error_text(e: BaseException) -> str:
+    if isinstance(e, MltsError):
+        return f"{e.code.name}: {e.message}"
+    return f"{type(e).__name__}: {e}"
+
+
+class _CaseError(Exception):
+    """A failure of one stage of a case; the record keeps what the earlier stages measured."""
+
+    def __init__(self, stage: str, cause: BaseException) -> None:
+        super().__init__(f"{stage}: {_error_text(cause)}")
+        self.stage = stage
+        self.cause = cause
+
+
+def _stage(stage: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as e:  # the runtime raises MltsError only, but a broken driver must not end the run
+        raise _CaseError(stage, e) from e
+
+
+class HeldOutImages:
+    """The first N held-out images per resolution, rendered once for every model of that size."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def get(self, resolution: int) -> tuple[np.ndarray, np.ndarray]:
+        """(images NxHxWx3 uint8, labels N); image TIMING_IMAGE_INDEX is rendered even when N is 0."""
+        if resolution not in self._cache:
+            from mlts.datasets.shapes import ShapesDataset
+
+            ds = ShapesDataset(HELDOUT_SPLIT, resolution)
+            n = max(self.count, TIMING_IMAGE_INDEX + 1)
+            items = [ds[i] for i in range(n)]
+            self._cache[resolution] = (np.stack([im for im, _ in items]),
+                                       np.array([lb for _, lb in items], np.int64))
+        return self._cache[resolution]
+
+
+def model_inputs(imported: Any, images: np.ndarray) -> list[np.ndarray]:
+    """Each image as the model's input 0: float NCHW in [-1, 1], or quantized with the input operand's
+    own scale and zero point."""
+    from mlts.datasets.preprocess import to_float_input, to_quant_input
+
+    model = imported.model
+    t = model.operand_type(model.inputs[0])
+    if t.code == OperandCode.TENSOR_FLOAT32:
+        return [to_float_input(images[i]) for i in range(len(images))]
+    if t.code in (OperandCode.TENSOR_QUANT8_ASYMM, OperandCode.TENSOR_QUANT8_ASYMM_SIGNED):
+        return [to_quant_input(images[i], scale=t.scale, zero_point=t.zero_point, dtype=t.dtype)
+                for i in range(len(images))]
+    raise _bad(f"{imported.name}: input type {t.describe()} is not an image input this benchmark can feed")
+
+
+class _Inference:
+    """One inference per call in the case's mode: a new Execution each time (as MLTS does), outputs
+    into one preallocated buffer; returns the Execution so timings are read off the timed path."""
+
+    def __init__(self, compilation: Compilation, mode: str, measure_timing: bool,
+                 timeout_s: float | None = None) -> None:
+        self.compilation = compilation
+        self.mode = mode
+        self.measure_timing = measure_timing and compilation.is_single_explicit_device
+        single = compilation.is_single_explicit_device
+        self.timeout_ns = int(timeout_s * 1e9) if (timeout_s and single) else None
+        model = compilation.model
+        t = model.inferred_operand_type(model.outputs[0])
+        self.out = np.empty(t.dimensions, t.dtype) if t.is_tensor and t.is_fully_specified else None
+        self.burst = Burst(compilation) if mode == "burst" else None
+
+    def __call__(self, x: np.ndarray) -> Execution:
+        ex = Execution(self.compilation)
+        ex.set_input(0, x)
+        if self.out is not None:
+            ex.set_output(0, self.out)
+        if self.measure_timing:
+            ex.set_measure_timing(True)
+        if self.timeout_ns is not None:
+            ex.set_timeout(self.timeout_ns)
+        if self.mode == "sync":
+            ex.compute()
+        elif self.mode == "burst":
+            ex.burst_compute(self.burst)
+        else:
+            ex.start_compute().wait()
+        return ex
+
+    def output(self, ex: Execution) -> np.ndarray:
+        return self.out.copy() if self.out is not None else np.array(ex.get_output(0))
+
+    def close(self) -> None:
+        if self.burst is not None:
+            self.burst.close()
+
+
+def _brief(values_ms: list[float]) -> dict | None:
+    if not values_ms:
+        return None
+    s = latency_stats([v / 1000.0 for v in values_ms])
+    return {"count": s.count, "min_ms": s.min_ms, "mean_ms": s.mean_ms, "p50_ms": s.p50_ms, "p90_ms": s.p90_ms,
+            "max_ms": s.max_ms}
+
+
+def driver_times(executions: Sequence[Execution]) -> dict | None:
+    """Time on the device and in the driver where the driver reports them (single-device compilations),
+    and where each run's wall time went (runtime / IPC to a driver service / driver), as means."""
+    on_device: list[float] = []
+    in_driver: list[float] = []
+    parts: dict[str, list[int]] = {"total": [], "runtime": [], "ipc": [], "driver": []}
+    for ex in executions:
+        try:
+            dev = ex.get_duration(DurationCode.ON_HARDWARE)
+            drv = ex.get_duration(DurationCode.IN_DRIVER)
+        except MltsError:
+            dev = drv = NO_TIMING
+        if dev != NO_TIMING:
+            on_device.append(dev / 1e6)
+        if drv != NO_TIMING:
+            in_driver.append(drv / 1e6)
+        breakdown = getattr(ex, "get_timing_breakdown", None)
+        if breakdown is not None:
+            try:
+                b = breakdown()
+                for k in parts:
+                    parts[k].append(int(b[k]))
+            except (MltsError, KeyError, TypeError, ValueError):
+                pass
+    result = {
+        "runs": len(executions),
+        "on_device": _brief(on_device),
+        "in_driver": _brief(in_driver),
+        "breakdown_mean_us": ({k: sum(v) / len(v) for k, v in parts.items()} if parts["total"] else None),
+    }
+    if result["on_device"] is None and result["in_driver"] is None and result["breakdown_mean_us"] is None:
+        return None
+    return result
+
+
+def partition_info(compilation: Compilation) -> dict:
+    """Which operations went to which device: per step and per device, and (when the model is split)
+    per operation, with the plan's summary lines in NNAPI's words."""
+    hal = compilation.model.hal_model()
+    ops = hal.main.operations
+    steps, per_device, per_op = [], {}, []
+    for s in compilation.plan.steps:
+        types: dict[str, int] = {}
+        for pos in s.operations:
+            name = ops[pos].type.name
+            types[name] = types.get(name, 0) + 1
+            per_op.append((pos, name, s.device.name))
+        steps.append({"step": s.index, "device": s.device.name, "operations": len(s.operations),
+                      "operation_types": dict(sorted(types.items()))})
+        per_device[s.device.name] = per_device.get(s.device.name, 0) + len(s.operations)
+    info: dict = {"steps": steps, "operations_per_device": per_device, "total_operations": len(ops)}
+    if len(per_device) > 1:
+        info["operations"] = [f"{pos}:{name}@{dev}" for pos, name, dev in sorted(per_op)]
+        info["log"] = [line for line in compilation.plan_log if not line.startswith("findBestDevice")]
+    return info
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    cases: int = 0
+    records_written: int = 0
+    resumed_records: int = 0
+    counts: dict = field(default_factory=lambda: {"ok": 0, "unsupported": 0, "error": 0})
+    skipped_models: dict = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    peak_rss_bytes: int | None = None
+    notes: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    def to_dict(self) -> dict:
+        return to_jsonable(asdict(self))
+
+
+class BenchmarkRunner:
+    """Runs a BenchmarkConfig into a run directory (resuming the cases it already finished)."""
+
+    def __init__(self, config: BenchmarkConfig, run_dir: str | os.PathLike, *, stream: TextIO | None = None,
+                 retry_errors: bool = False, driver_specs: Sequence[str] = ()) -> None:
+        self.config = config
+        self.driver_specs = list(driver_specs)
+        self.run_dir = Path(run_dir)
+        self.stream = stream
+        self.retry_errors = retry_errors
+        self.images = HeldOutImages(config.images)
+        self.preference = parse_preference(config.preference)
+        self.previous_status: dict[tuple, str | None] = {}
+
+    # -- bookkeeping --
+    def _write_run_file(self, summary: RunSummary, started: str, finished: str | None) -> None:
+        import json
+
+        doc = {"config": self.config.to_dict(), "rules": self.config.rules.describe(),
+               "driver_specs": self.driver_specs, "started": started, "finished": finished,
+               "summary": summary.to_dict()}
+        atomic_write(self.run_dir / RUN_FILE, json.dumps(to_jsonable(doc), indent=2) + "\n")
+
+    def run(self) -> RunSummary:
+        from mlts.models.zoo import get_entry
+
+        cfg = self.config
+        summary = RunSummary(self.run_dir)
+        started = utc_now()
+        t0 = time.monotonic()
+        available = []
+        for name in cfg.models:
+            entry = get_entry(name)
+            if entry.available:
+                available.append(name)
+            else:
+                why = f"no trained weights ({entry.weights_path.name} is missing; run tools/train_zoo.py)"
+                summary.skipped_models[name] = why
+        summary.cases = len(available) * len(cfg.drivers) * len(cfg.modes)
+        progress = Progress(summary.cases, self.stream)
+        for name, why in summary.skipped_models.items():
+            progress.log(f"skipping {name}: {why}")
+        sampler = RssSampler().start()
+        writer = ResultsWriter(self.run_dir, retry_errors=self.retry_errors)
+        summary.resumed_records = writer.existing
+        if writer.existing:
+            self.previous_status = {case_key(r): r.get("status")
+                                    for r in read_results(self.run_dir).benchmark_records()}
+        summary.notes.extend(writer.notes)
+        for note in writer.notes:
+            progress.log(note)
+        self._write_run_file(summary, started, None)
+        progress.log(f"{summary.cases} case(s): {len(available)} model(s) x {len(cfg.drivers)} driver(s) "
+                     f"x {len(cfg.modes)} mode(s); {cfg.images} held-out image(s) for accuracy; "
+                     f"rules {cfg.rules.describe()}")
+        try:
+            for name in available:
+                _ModelRun(self, name, writer, progress, sampler, summary).run()
+        except KeyboardInterrupt:
+            summary.interrupted = True
+            progress.log("interrupted: every finished case is kept in results.jsonl (rerun with --resume)")
+        finally:
+            writer.close()
+            sampler.stop()
+            summary.elapsed_s = time.monotonic() - t0
+            summary.peak_rss_bytes = sampler.peak or None
+            self._write_run_file(summary, started, None if summary.interrupted else utc_now())
+        return summary
+
+
+class _ModelRun:
+    """The cases of one model: loaded once, its reference outputs computed once."""
+
+    def __init__(self, runner: BenchmarkRunner, name: str, writer: ResultsWriter, progress: Progress,
+                 sampler: RssSampler, summary: RunSummary) -> None:
+        self.runner = runner
+        self.cfg = runner.config
+        self.name = name
+        self.writer = writer
+        self.progress = progress
+        self.sampler = sampler
+        self.summary = summary
+        self.imported = None
+        self.model_info: dict = {}
+        self.seeds: dict = {}
+        self.inputs: list[np.ndarray] = []
+        self.timing_input: np.ndarray | None = None
+        self.labels: np.ndarray | None = None
+        self._reference: np.ndarray | None = None
+        self._reference_error: str | None = None
+
+    # -- keys and records --
+    def _key(self, driver: str, mode: str) -> tuple:
+        return (self.name, driver, mode, self.cfg.preference)
+
+    def _record(self, driver: str, mode: str, devices: list[str]) -> BenchmarkRecord:
+        return BenchmarkRecord(model=self.name, driver=driver, mode=mode, preference=self.cfg.preference,
+                               devices=devices, model_info=dict(self.model_info), seeds=dict(self.seeds),
+                               config=self.cfg.record_config())
+
+    def _write(self, rec: BenchmarkRecord, label: str, counted: bool = True) -> None:
+        rec.peak_rss_bytes = self.sampler.case_peak()
+        self.writer.write(rec)
+        self.summary.records_written += 1
+        self.summary.counts[rec.status] = self.summary.counts.get(rec.status, 0) + 1
+        if rec.status == "ok":
+            lat = rec.latency.to_dict() if hasattr(rec.latency, "to_dict") else rec.latency
+            outcome = f"ok, p50 {lat['p50_ms']:.2f} ms"
+            acc = rec.accuracy or {}
+            if acc.get("top1_accuracy") is not None:
+                outcome += f", top-1 {acc['top1_accuracy']:.0%}"
+            if acc.get("top1_agreement") is not None:
+                outcome += f", agrees with reference {acc['top1_agreement']:.0%}"
+                outcome += ", CTS pass" if acc.get("cts_pass") else ", CTS FAIL"
+        elif rec.status == "unsupported":
+            outcome = f"unsupported ({len(rec.unsupported_ops)} operation type(s) missing)"
+        else:
+            outcome = f"error: {rec.message}"
+        self.progress.case_done(label, outcome, counted)
+
+    # -- model --
+    def _pending(self) -> list[tuple[str, str]]:
+        """Cases not finished by an earlier run of this directory; an unsupported case whose
+        partitioned run was cut off is not finished."""
+        pending = []
+        for d in self.cfg.drivers:
+            for m in self.cfg.modes:
+                key = self._key(d, m)
+                if not self.writer.is_done(key):
+                    pending.append((d, m))
+                elif (self.cfg.partition and self.runner.previous_status.get(key) == "unsupported"
+                      and d != REFERENCE_DEVICE_NAME
+                      and not self.writer.is_done(self._key(f"{d}+{REFERENCE_DEVICE_NAME}", m))):
+                    pending.append((d, m))
+        return pending
+
+    def run(self) -> None:
+        pending = self._pending()
+        skipped = len(self.cfg.drivers) * len(self.cfg.modes) - len(pending)
+        if skipped:
+            self.progress.done += skipped
+            self.progress.resumed += skipped
+            self.progress.log(f"{self.name}: {skipped} case(s) already done (resumed)")
+        if not pending:
+            return
+        try:
+            self._load()
+        except _CaseError as e:
+            for driver, mode in pending:
+                rec = self._record(driver, mode, [driver])
+                rec.status, rec.message = "error", str(e)
+                self._write(rec, f"{self.name} | {driver} | {mode}")
+            return
+        for driver, mode in pending:
+            self._run_case(driver, mode)
+        self.imported = None
+
+    def _load(self) -> None:
+        from mlts.models.zoo import get_entry, load, onnx_path
+
+        entry = get_entry(self.name)
+        t = time.perf_counter()
+        self.imported = _stage("loading the model", lambda: load(self.name))
+        load_s = time.perf_counter() - t
+        model = self.imported.model
+        in_t = model.operand_type(model.inputs[0])
+        out_t = model.inferred_operand_type(model.outputs[0])
+        images, labels = _stage("rendering the held-out images", lambda: self.runner.images.get(entry.resolution))
+        all_inputs = _stage("preprocessing the images", lambda: model_inputs(self.imported, images))
+        self.timing_input = all_inputs[TIMING_IMAGE_INDEX]
+        self.inputs = all_inputs[:self.cfg.images]
+        self.labels = labels[:self.cfg.images]
+        self.model_info = {
+            "family": entry.family, "width": entry.alpha, "resolution": entry.resolution,
+            "quantization": entry.quantization or "float32", "parameters": entry.parameters, "macs": entry.macs,
+            "operations": model.operation_count, "input": in_t.describe(), "output": out_t.describe(),
+            "relaxed": bool(model.relaxed), "onnx_sha256": _file_digest(onnx_path(self.name)),
+            "weights_sha256": _file_digest(entry.weights_path), "load_s": load_s,
+        }
+        self.seeds = {
+            "dataset": f"shapes/{HELDOUT_SPLIT}", "images": [0, len(self.inputs)],
+            "image_seed": f"sha256('mlts-shapes/{HELDOUT_SPLIT}/<index>/')",
+            "timing_image": TIMING_IMAGE_INDEX, "timing_input_sha256": _digest([self.timing_input]),
+            "accuracy_inputs_sha256": _digest(self.inputs) if self.inputs else None,
+        }
+        if entry.quantization is not None:
+            from mlts.models import zoo as zoo_module
+
+            self.seeds["calibration"] = {"split": "calibration", "images": zoo_module.CALIBRATION_IMAGES}
+
+    # -- reference outputs --
+    def _reference_path(self) -> Path:
+        return self.runner.run_dir / REFERENCE_DIR / f"{self.name}.npz"
+
+    def reference_outputs(self) -> np.ndarray | None:
+        """nnapi-reference's outputs on the accuracy images: computed once, kept in the run directory."""
+        if self._reference is not None or self._reference_error is not None or not self.inputs:
+            return self._reference
+        digest = self.seeds.get("accuracy_inputs_sha256")
+        path = self._reference_path()
+        if path.is_file():
+            try:
+                with np.load(path) as data:
+                    if (str(data["inputs_sha256"]) == digest
+                            and str(data["onnx_sha256"]) == str(self.model_info.get("onnx_sha256"))):
+                        self._reference = data["outputs"]
+                        return self._reference
+            except (OSError, KeyError, ValueError):
+                pass  # unreadable (a killed run): compute again
+        try:
+            from mlts.runtime import get_device
+
+            c = Compilation.for_devices(self.imported.model, [get_device(REFERENCE_DEVICE_NAME)])
+            c.set_preference(self.runner.preference)
+            c.finish()
+            infer = _Inference(c, "sync", False)
+            outputs = [infer.output(infer(x)) for x in self.inputs]
+            self._reference = np.stack(outputs)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as e:
+            self._reference_error = f"reference outputs: {_error_text(e)}"
+            self.progress.log(f"{self.name}: {self._reference_error}; accuracy is scored against labels only")
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, outputs=self._reference, inputs_sha256=np.array(digest),
+                     onnx_sha256=np.array(str(self.model_info.get("onnx_sha256"))))
+        os.replace(tmp, path)
+        return self._reference
+
+    # -- one case --
+    def _run_case(self, driver: str, mode: str) -> None:
+        from mlts.runtime import get_device
+
+        label = f"{self.name} | {driver} | {mode}"
+        key = self._key(driver, mode)
+        rec = self._record(driver, mode, [driver])
+        try:
+            device = _stage("finding the device", lambda: get_device(driver))
+            flags = _stage("asking for the supported operations",
+                           lambda: self.imported.model.get_supported_operations_for_devices([device]))
+        except _CaseError as e:
+            rec.status, rec.message = "error", str(e)
+            self._write(rec, label)
+            return
+        ops = self.imported.model.operations()
+        missing = [(j, code.name) for j, ((code, _, _), ok) in enumerate(zip(ops, flags)) if not ok]
+        if not missing:
+            self._measure_case(rec, [device], mode)
+            self._write(rec, label)
+            return
+        types = sorted({name for _, name in missing})
+        support = {"supported_operations": len(ops) - len(missing), "total_operations": len(ops),
+                   "unsupported_operations": [f"{j}:{name}" for j, name in missing]}
+        rec.status = "unsupported"
+        rec.unsupported_ops = types
+        rec.extra["support"] = support
+        rec.message = (f"{driver} supports {len(ops) - len(missing)} of {len(ops)} operations; "
+                       f"it lacks {', '.join(types)}")
+        partitioned = self.cfg.partition and driver != REFERENCE_DEVICE_NAME and len(missing) < len(ops)
+        pname = f"{driver}+{REFERENCE_DEVICE_NAME}"
+        if partitioned:
+            rec.message += f"; also run partitioned as {pname} (nnapi-reference takes the rest)"
+        elif not self.cfg.partition:
+            rec.message += "; partitioning is off (--no-partition)"
+        elif driver != REFERENCE_DEVICE_NAME:
+            rec.message += "; with no operation to take, there is nothing to partition"
+        plabel = f"{self.name} | {pname} | {mode}"
+        if not self.writer.is_done(key):
+            self._write(rec, label, counted=not partitioned)
+        if not partitioned:
+            return
+        if self.writer.is_done(self._key(pname, mode)):
+            self.progress.resumed += 1
+            self.progress.case_done(plabel, "already done (resumed)")
+            return
+        prec = self._record(pname, mode, [driver, REFERENCE_DEVICE_NAME])
+        prec.extra["partitioned"] = {"driver": driver, "with": REFERENCE_DEVICE_NAME, **support}
+        try:
+            ref = _stage("finding the device", lambda: get_device(REFERENCE_DEVICE_NAME))
+            self._measure_case(prec, [device, ref], mode)
+        except _CaseError as e:  # the reference device itself went away
+            prec.status, prec.message = "error", str(e)
+        self._write(prec, plabel)
+
+    def _compile(self, devices: list, cache: tuple[str, bytes] | None = None) -> tuple[Compilation, float]:
+        t = time.perf_counter()
+        c = Compilation.for_devices(self.imported.model, devices)
+        c.set_preference(self.runner.preference)
+        if self.cfg.timeout_s and len(devices) == 1:
+            c.set_timeout(int(self.cfg.timeout_s * 1e9))
+        if cache is not None:
+            c.set_caching(*cache)
+        c.finish()
+        return c, (time.perf_counter() - t) * 1000.0
+
+    def _cache_compile_ms(self, devices: list) -> float | None:
+        """Compilation time from the driver's cache (populated by one compilation first), when it caches."""
+        if len(devices) != 1 or devices[0].driver.get_number_of_cache_files_needed() == (0, 0):
+            return None
+        token = hashlib.sha256(f"mlts-benchmark/{self.name}/{devices[0].name}".encode()).digest()
+        with tempfile.TemporaryDirectory(prefix="mlts-cache-") as d:
+            self._compile(devices, (d, token))
+            _, ms = self._compile(devices, (d, token))
+        return ms
+
+    def _measure_case(self, rec: BenchmarkRecord, devices: list, mode: str) -> None:
+        """Fill `rec` with compilation, latency, driver timing, partition and accuracy; a failing stage
+        makes it an error record keeping what the stages before it measured."""
+        cfg = self.cfg
+        infer = None
+        try:
+            compilation, compile_ms = _stage("compiling", lambda: self._compile(devices))
+            rec.compilation_ms = {"without_cache": compile_ms, "with_cache": None}
+            rec.partition = partition_info(compilation)
+            if cfg.compile_with_cache:
+                rec.compilation_ms["with_cache"] = _stage("compiling from the cache",
+                                                          lambda: self._cache_compile_ms(devices))
+            infer = _stage("starting the execution",
+                           lambda: _Inference(compilation, mode, cfg.measure_timing, cfg.timeout_s))
+            x = self.timing_input
+            m: Measurement = _stage(f"running ({mode})", lambda: measure(lambda: infer(x), cfg.rules))
+            rec.first_inference_ms = m.first_s * 1000.0 if m.first_s is not None else None
+            rec.latency = m.stats()
+            rec.run_length = {**m.summary(), "rules": cfg.rules.to_dict()}
+            rec.driver_time = driver_times(m.returns)
+            m.returns.clear()
+            rec.accuracy = _stage("scoring accuracy", lambda: self._accuracy(infer, devices, mode))
+        except _CaseError as e:
+            rec.status, rec.message = "error", str(e)
+        finally:
+            if infer is not None:
+                infer.close()
+
+    def _accuracy(self, infer: _Inference, devices: list, mode: str) -> dict | None:
+        if not self.inputs:
+            return None
+        reference = self.reference_outputs()
+        shared = (len(devices) == 1 and devices[0].name == REFERENCE_DEVICE_NAME and mode == "sync"
+                  and reference is not None)
+        acc = AccuracyAccumulator(relaxed=bool(self.imported.model.relaxed))
+        for i, x in enumerate(self.inputs):
+            out = reference[i] if shared else infer.output(infer(x))
+            acc.add(out, None if reference is None else reference[i], self.labels[i:i + 1])
+        result = acc.result()
+        result["images"] = len(self.inputs)
+        if shared:
+            result["outputs"] = "the reference outputs themselves (nnapi-reference, sync, same compilation options)"
+        if self._reference_error:
+            result["reference_error"] = self._reference_error
+        return result
+
+
+def run_benchmark_config(config: BenchmarkConfig, run_dir: str | os.PathLike, *, stream: TextIO | None = None,
+                         retry_errors: bool = False) -> RunSummary:
+    """Run `config` into `run_dir` (created if needed): results.jsonl, run.json and the reference cache."""
+    return BenchmarkRunner(config, run_dir, stream=stream, retry_errors=retry_errors).run()
