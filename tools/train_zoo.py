@@ -16,6 +16,7 @@ checkpoints go to the cache so that an interrupted chain resumes (--resume). See
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import multiprocessing
 import os
@@ -200,9 +201,12 @@ def widen(small, family: str, alpha: float, seed: int, noise: float = 0.01):
 
 def train_phase(net, images, labels, *, note: str, steps: int, lr: float, batch: int, seed: int,
                 weight_decay: float = 1e-4, easy_first: np.ndarray | None = None, warmup: float = 0.15,
-                monitor=None) -> None:
+                monitor=None, teacher=None, temperature: float = 2.0) -> None:
     """AdamW with a one-cycle schedule on augmented batches; with `easy_first` (difficulty scores),
-    the first quarter of the steps draws only from the easiest 40% of the images (a curriculum)."""
+    the first quarter of the steps draws only from the easiest 40% of the images (a curriculum).
+    With `teacher` = (net, the same images rendered at the teacher's resolution), half the loss is
+    distillation: small models at low resolution overfit their hard (small-shape) images, and a
+    wider, higher-resolution teacher's soft targets generalize better than the labels alone."""
     import torch
     from torch import nn
 
@@ -218,6 +222,8 @@ def train_phase(net, images, labels, *, note: str, steps: int, lr: float, batch:
     loss_fn = nn.CrossEntropyLoss(label_smoothing=0.05)
     net.to(memory_format=torch.channels_last)
     net.train()
+    if teacher is not None:
+        teacher[0].to(memory_format=torch.channels_last).eval()
     order = np.concatenate([g.permutation(n) for _ in range(steps * batch // n + 2)])
     if easy_first is not None:
         easy = np.argsort(easy_first)[: int(0.4 * n)]
@@ -226,9 +232,16 @@ def train_phase(net, images, labels, *, note: str, steps: int, lr: float, batch:
     t0, running = time.time(), []
     for step in range(steps):
         idx = order[step * batch:(step + 1) * batch]
+        same_draws = copy.deepcopy(g)  # the teacher's copy of each image gets the same augmentation
         x, y = to_input(augment(images[idx], g)), torch.from_numpy(labels[idx])
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(net(x), y)
+        logits = net(x)
+        loss = loss_fn(logits, y)
+        if teacher is not None:
+            with torch.no_grad():
+                soft = torch.softmax(teacher[0](to_input(augment(teacher[1][idx], same_draws))) / temperature, 1)
+            kd = torch.nn.functional.kl_div(torch.log_softmax(logits / temperature, 1), soft, reduction="batchmean")
+            loss = 0.5 * loss + 0.5 * temperature ** 2 * kd
         loss.backward()
         opt.step()
         sched.step()
@@ -252,6 +265,39 @@ def evaluate_torch(net, images, labels, batch: int = 100) -> float:
     return correct / len(images)
 
 
+def distill_narrowest(family: str, args) -> dict[str, float]:
+    """The narrowest, lowest-resolution model learns again from the labels and from the next model
+    of its chain (teacher), on fresh images rendered at both resolutions."""
+    import torch
+
+    (alpha, res), (t_alpha, t_res) = CHAINS[family][:2]
+    name, teacher_name = model_name(family, alpha, res), model_name(family, t_alpha, t_res)
+    checkpoint = CHECKPOINTS / f"{name}.distilled.pt"
+    student = build_torch(family, alpha)
+    held, held_labels = rendered("heldout", res, args.eval_images)
+    print(f"== {name} distilled from {teacher_name}", flush=True)
+    if args.resume and checkpoint.exists():
+        student.load_state_dict(torch.load(checkpoint))
+    else:
+        student.load_state_dict(torch.load(CHECKPOINTS / f"{name}.pt"))
+        teacher = build_torch(family, t_alpha)
+        teacher.load_state_dict(torch.load(CHECKPOINTS / f"{teacher_name}.pt"))
+        offset = args.base_images + (len(CHAINS[family]) - 1) * args.finetune_images
+        imgs, labels = rendered("train", res, args.distill_images, offset=offset)
+        t_imgs, _ = rendered("train", t_res, args.distill_images, offset=offset)
+        seed = sum(map(ord, name)) + 7
+        train_phase(student, imgs, labels, note=f"{name} distilled", steps=args.distill_steps, lr=args.distill_lr,
+                    batch=args.base_batch, seed=seed, warmup=0.1, teacher=(teacher, t_imgs),
+                    monitor=lambda: evaluate_torch(student, held[:500], held_labels[:500]))
+        torch.save(student.state_dict(), checkpoint)
+    acc = evaluate_torch(student, held, held_labels)
+    print(f"  torch held-out top-1 at {res}px: {acc:.4f}", flush=True)
+    if not args.no_save:
+        np.savez_compressed(WEIGHTS_DIR / f"{name}.npz",
+                            **{k: v.astype(np.float16) for k, v in fold_weights(student).items()})
+    return {name: acc}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--families", nargs="*", default=list(CHAINS), choices=list(CHAINS))
@@ -266,6 +312,10 @@ def main() -> int:
     parser.add_argument("--finetune-steps", type=int, default=400)
     parser.add_argument("--finetune-batch", type=int, default=32)
     parser.add_argument("--finetune-lr", type=float, default=0.001)
+    parser.add_argument("--distill-images", type=int, default=30000)
+    parser.add_argument("--distill-steps", type=int, default=2000,
+                        help="refine each chain's narrowest model against the next one (0: skip)")
+    parser.add_argument("--distill-lr", type=float, default=0.001)
     parser.add_argument("--eval-images", type=int, default=1500)
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
@@ -317,6 +367,9 @@ def main() -> int:
             summary[name] = acc
             if name == args.stop_after:
                 break
+        else:
+            if args.distill_steps:
+                summary.update(distill_narrowest(family, args))
     print(json.dumps(summary, indent=2))
     return 0
 

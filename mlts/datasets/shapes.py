@@ -16,7 +16,7 @@ from typing import Iterator
 import numpy as np
 
 CLASSES = ("circle", "triangle", "square", "pentagon", "hexagon", "star", "cross", "ring", "crescent", "arrow")
-SPLITS = {"train": 60000, "calibration": 500, "heldout": 1500}
+SPLITS = {"train": 200000, "calibration": 500, "heldout": 1500}
 SUPERSAMPLE = 2
 
 # Difficulty knobs (fixed once the zoo is trained on them).
