@@ -9,11 +9,6 @@ from typing import Sequence
 
 from .runtime import MltsError
 
-NOT_YET = {
-    "stress": "the stress suite",
-}
-
-
 def add_driver_options(parser: argparse.ArgumentParser) -> None:
     """`--driver SPEC` (repeatable) and `--in-process`: the drivers a run adds to the built-in devices."""
     parser.add_argument("--driver", action="append", default=[], metavar="SPEC",
@@ -155,13 +150,6 @@ def _cmd_graphdump(args: argparse.Namespace) -> int:
     return 0
 
 
-def _not_yet(name: str):
-    def run(args: argparse.Namespace) -> int:
-        print(f"mlts {name}: not yet available ({NOT_YET[name]} is still being built)", file=sys.stderr)
-        return 2
-    return run
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlts", description="ML Test Suite for neural-network drivers")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -190,10 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .benchmark.benchmark_cli import add_benchmark_parser
 
     add_benchmark_parser(sub)  # sets func=run_benchmark
-    for name in NOT_YET:
-        p = sub.add_parser(name, help=f"{NOT_YET[name]} (not yet available)")
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(func=_not_yet(name))
+    from .stress.stress_cli import add_fuzz_parser, add_stress_parser
+
+    add_stress_parser(sub)  # sets func=run_stress
+    add_fuzz_parser(sub)  # sets func=run_fuzz
     return parser
 
 

@@ -26,6 +26,7 @@ from .fileio import atomic_write
 
 SCHEMA_VERSION = 1
 BENCHMARK = "benchmark"
+STRESS = "stress"
 MODES = ("sync", "burst", "async")
 STATUSES = ("ok", "unsupported", "error")
 RESULTS_FILE = "results.jsonl"
@@ -145,6 +146,20 @@ def case_key(record: dict) -> CaseKey:
     """What identifies a benchmark case across runs: (model, driver, mode, preference)."""
     return (str(record.get("model")), str(record.get("driver")), str(record.get("mode", "sync")),
             str(record.get("preference", "FAST_SINGLE_ANSWER")))
+
+
+def stress_key(record: dict) -> tuple[str, str, str]:
+    """What identifies a stress case across runs: ("stress", driver, test)."""
+    return (STRESS, str(record.get("driver")), str(record.get("test")))
+
+
+def _done_key(record: dict, retry_errors: bool) -> tuple | None:
+    """The key a finished record marks as done (None: not done, it will run again)."""
+    if record.get("kind") == BENCHMARK:
+        return None if retry_errors and record.get("status") == "error" else case_key(record)
+    if record.get("kind") == STRESS:
+        return None if retry_errors and record.get("outcome") != "SUCCESS" else stress_key(record)
+    return None
 
 
 def _check_number(d: dict, name: str, *, allow_none: bool = True) -> None:
@@ -404,22 +419,24 @@ class ResultsWriter:
         self.existing = len(records)
         run_id = None
         for r in records:
-            if r.get("kind") != BENCHMARK:
+            if r.get("kind") not in (BENCHMARK, STRESS):
                 continue
             run_id = r.get("run_id") or run_id
-            if not (self.retry_errors and r.get("status") == "error"):
-                self.done.add(case_key(r))
+            key = _done_key(r, self.retry_errors)
+            if key is not None:
+                self.done.add(key)
         if records:
             self.notes.append(f"{self.path}: resuming after {len(records)} record(s) "
                               f"({len(self.done)} case(s) done)")
         return run_id
 
     def is_done(self, key: CaseKey | BenchmarkRecord | dict) -> bool:
-        """Was this case finished by an earlier (interrupted) run of this directory?"""
+        """Was this case finished by an earlier (interrupted) run of this directory? Stress cases are
+        keyed ("stress", driver, test), given as such a tuple or as a stress record dict."""
         if isinstance(key, BenchmarkRecord):
             key = key.key
         elif isinstance(key, dict):
-            key = case_key(key)
+            key = stress_key(key) if key.get("kind") == STRESS else case_key(key)
         return tuple(key) in self.done
 
     def write(self, record: BenchmarkRecord | dict) -> dict:
@@ -440,8 +457,9 @@ class ResultsWriter:
             n = os.write(self._fd, view)
             view = view[n:]
         os.fsync(self._fd)
-        if d.get("kind") == BENCHMARK and not (self.retry_errors and d.get("status") == "error"):
-            self.done.add(case_key(d))
+        key = _done_key(d, self.retry_errors)
+        if key is not None:
+            self.done.add(key)
         return d
 
     def close(self) -> None:

@@ -133,7 +133,7 @@ class OperandType:
         return NUMPY_DTYPE[self.code]
 
     def element_count(self) -> int:
-        return int(np.prod(self.dimensions, dtype=np.int64)) if self.dimensions else 1
+        return math.prod(int(d) for d in self.dimensions) if self.dimensions else 1  # exact: no int64 wrap-around
 
     def byte_size(self) -> int:
         """Bytes a value of this type occupies; 0 when unknown (unknown rank or a 0 dimension)."""

@@ -107,3 +107,11 @@ def test_small_constants_are_copied_and_large_ones_pooled_at_finish():
     assert operands[big].lifetime == OperandLifetime.CONSTANT_REFERENCE
     big_value[:] = 100  # after finish the model no longer depends on the application's buffer
     np.testing.assert_array_equal(_run(m, np.ones(64, np.float32))[0], np.full(64, 4, np.float32))
+
+
+@pytest.mark.parametrize("dims", [(65535,) * 4, (2 ** 31,) * 3])
+def test_a_tensor_whose_size_overflows_int64_is_rejected_at_add_operand(dims):
+    # 65535**4 elements wrap around in int64 arithmetic; the size check must use exact integers.
+    with pytest.raises(MltsError) as info:
+        Model().add_operand(OperandType(OperandCode.TENSOR_FLOAT32, dims))
+    assert info.value.code == ResultCode.BAD_DATA and "too large" in info.value.message

@@ -1,0 +1,189 @@
+"""What a stress test function gets: its driver, duration, parameters, and helpers to compile, run,
+check and report progress (every helper beats the watchdog's heartbeat)."""
+from __future__ import annotations
+
+import importlib
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+import numpy as np
+
+from ..runtime import Compilation, Device, Execution, MltsError, Model, get_device
+from .drivers import ALL_DEVICES, REFERENCE, Target, open_target
+from .models import StressModel, check_outputs
+
+
+class StressFailure(Exception):
+    """A check failed: the test's outcome is FAILURE with this reason."""
+
+    def __init__(self, reason: str, details: dict | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.details = details or {}
+
+
+def describe_error(e: BaseException) -> str:
+    """One line for a record's reason: API errors by their ResultCode name, others by type."""
+    if isinstance(e, MltsError):
+        return f"{e.code.name}: {e.message}"
+    if isinstance(e, StressFailure):
+        return e.reason
+    return f"{type(e).__name__}: {e}"
+
+
+def limit_address_space(extra_gb: float) -> None:
+    """Cap this process (and what it starts later) at its current address space plus `extra_gb`, so
+    that a driver allocating an impossible tensor fails instead of exhausting the machine."""
+    try:
+        import resource
+
+        import psutil
+
+        limit = psutil.Process().memory_info().vms + int(extra_gb * (1 << 30))
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ImportError, ValueError, OSError):  # not POSIX, or not allowed: run unbounded
+        pass
+
+
+class StressContext:
+    """One test run in a test process (see mlts.stress.child for the job fields)."""
+
+    def __init__(self, job: dict[str, Any], reporter: Any) -> None:
+        self.job = job
+        self.reporter = reporter
+        self.test = str(job.get("test", "?"))
+        self.target = Target.from_job(job.get("target") or {"name": ALL_DEVICES})
+        self.driver = self.target.name
+        self.specs: list[str] = list(job.get("specs") or [])
+        self.hosting: str | None = job.get("hosting")
+        self.duration = float(job.get("duration_s", 1.0))
+        self.params: dict[str, Any] = dict(job.get("params") or {})
+        self.seed = int(job.get("seed", 0))
+        self.rng = np.random.default_rng(self.seed)
+        self.random = random.Random(self.seed)
+        self.out_dir = Path(job.get("out_dir") or ".")
+        self.work_dir = Path(job.get("work_dir") or self.out_dir)
+        self.device: Device | None = None
+        self._undo: Any = None
+        self._reference_outputs: dict[str, list[np.ndarray]] = {}
+
+    # -- set-up -----------------------------------------------------------------------------
+    def open(self) -> None:
+        extra_gb = self.params.get("address_space_gb")
+        if extra_gb:
+            limit_address_space(float(extra_gb))  # before any service starts: they inherit it
+        self.device, self._undo = open_target(self.target, self.specs, self.hosting, log=self.log)
+        self.beat("driver ready")
+
+    def call_test(self) -> dict | None:
+        module, _, name = str(self.job["function"]).partition(":")
+        fn = getattr(importlib.import_module(module), name)
+        return fn(self)
+
+    def close(self) -> None:
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            try:
+                undo()
+            except Exception:  # closing is best effort: the services exit with this process anyway
+                pass
+
+    @property
+    def all_devices(self) -> bool:
+        return self.device is None
+
+    def param(self, name: str, default: Any) -> Any:
+        return self.params.get(name, default)
+
+    # -- watchdog ---------------------------------------------------------------------------
+    def beat(self, note: str | None = None) -> None:
+        self.reporter.beat(note)
+
+    def log(self, message: str) -> None:
+        print(f"[stress] {message}", file=sys.stderr, flush=True)
+
+    def fail(self, reason: str, **details: Any) -> NoReturn:
+        raise StressFailure(reason, details)
+
+    def deadline(self, seconds: float | None = None) -> float:
+        """A time.monotonic() end, `seconds` (default: the test's scaled duration) from now."""
+        return time.monotonic() + (self.duration if seconds is None else seconds)
+
+    # -- compile and run --------------------------------------------------------------------
+    def devices_for(self, model: Model) -> list[Device] | None:
+        """[the driver] (or None for ALL_DEVICES)."""
+        return None if self.device is None else [self.device]
+
+    def supports(self, model: Model) -> bool:
+        if self.device is None:
+            return True
+        try:
+            return all(model.get_supported_operations_for_devices([self.device]))
+        except MltsError:
+            return False
+
+    def compile(self, model: Model, devices: Sequence[Device] | None = None, *, reference: bool = False) -> Compilation:
+        """A finished compilation on the driver (all devices for ALL_DEVICES; the reference alone with
+        `reference`)."""
+        if reference:
+            devices = [get_device(REFERENCE)]
+        elif devices is None:
+            devices = self.devices_for(model)
+        c = Compilation(model) if devices is None else Compilation.for_devices(model, list(devices))
+        c.finish()
+        self.beat()
+        return c
+
+    def run(self, compilation: Compilation, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        e = Execution(compilation)
+        for i, x in enumerate(inputs):
+            e.set_input(i, x)
+        e.compute()
+        outputs = [e.get_output(i) for i in range(len(compilation.model.outputs))]
+        self.beat()
+        return outputs
+
+    def reference_outputs(self, m: StressModel) -> list[np.ndarray]:
+        """The model's outputs on nnapi-reference (computed once per process)."""
+        if m.name not in self._reference_outputs:
+            self._reference_outputs[m.name] = self.run(self.compile(m.model, reference=True), m.inputs)
+        return self._reference_outputs[m.name]
+
+    def check(self, m: StressModel, outputs: Sequence[np.ndarray], what: str = "") -> None:
+        """FAILURE unless `outputs` match the reference's within the whole-model tolerance."""
+        why = check_outputs(list(outputs), self.reference_outputs(m), m.output_codes)
+        if why is not None:
+            self.fail(f"wrong results{' ' + what if what else ''} for {m.name} on {self.driver}: {why}")
+
+    def liveness(self, m: StressModel) -> None:
+        """The driver survived: a supported model still compiles and runs correctly on it."""
+        try:
+            outputs = self.run(self.compile(m.model), m.inputs)
+        except MltsError as e:
+            self.fail(f"liveness check: {self.driver} no longer runs {m.name}: {describe_error(e)}")
+        self.check(m, outputs, "in the liveness check")
+        self.log(f"liveness: {self.driver} still runs {m.name} correctly")
+
+    def supported_models(self, names: Sequence[str]) -> list[StressModel]:
+        """The named models the driver runs whole (a driver that takes none of them is not tested
+        with models, which a test reports as a note)."""
+        from .models import load_model
+
+        out = []
+        for name in names:
+            m = load_model(name)
+            self.beat(f"loaded {name}")
+            if self.supports(m.model):
+                out.append(m)
+            else:
+                self.log(f"{self.driver} does not support every operation of {m.name}; not used")
+        return out
+
+
+__all__ = ["StressContext", "StressFailure", "describe_error"]

@@ -1,0 +1,191 @@
+"""`mlts stress` and `mlts fuzz`: argument parsing and the runs behind them."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..runtime import MltsError, ResultCode
+
+
+def _epilog() -> str:
+    from .catalog import TESTS
+
+    width = max(len(t.name) for t in TESTS)
+    lines = ["tests (default s / quick s, before --duration-scale):"]
+    for t in TESTS:
+        quick = "-" if t.quick_s is None else f"{t.quick_s:g}"
+        lines.append(f"  {t.name:<{width}}  {t.duration_s:>4g} / {quick:<4} {t.description}")
+    lines += ["", "outcomes: SUCCESS, FAILURE (with its reason), HANG (killed at its deadline or after no "
+              "heartbeat), CRASH (the test process died); exit status 1 unless every test succeeded."]
+    return "\n".join(lines)
+
+
+def add_stress_parser(subparsers) -> argparse.ArgumentParser:
+    """The `stress` subcommand (sets func=run_stress)."""
+    from ..cli import add_driver_options
+
+    p = subparsers.add_parser(
+        "stress", help="crash, hang, leak and corner-case tests of every driver, each in a watched process",
+        description="Run the stress tests on every available driver (nnapi-reference only with "
+                    "--include-reference) and once with no named device (all-devices: runtime partitioning). "
+                    "Records go to <run dir>/results.jsonl (kind \"stress\"), the HTML report and JUnit XML.",
+        epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="the quick set (about a minute on 2 cores)")
+    p.add_argument("--tests", action="append", metavar="NAMES", help="only these tests (comma-separated, repeatable)")
+    p.add_argument("--drivers", action="append", metavar="NAMES",
+                   help="only these drivers (comma-separated, repeatable; all-devices is the unnamed-device run)")
+    p.add_argument("--include-reference", action="store_true", help="also test nnapi-reference itself")
+    p.add_argument("--duration-scale", type=float, default=1.0, metavar="F",
+                   help="multiply every test's duration (0.2: five times shorter)")
+    p.add_argument("--heartbeat", type=float, default=30.0, metavar="S",
+                   help="a test silent for this long is a HANG (default 30)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random choice (graphs, kill moments)")
+    p.add_argument("--replay", metavar="FILE", help="run a saved failing random graph again, on its driver "
+                                                    "(or on --drivers)")
+    p.add_argument("--out", metavar="DIR", help="run directory (default: reports/<timestamp>); an existing one "
+                                                "is resumed: finished tests are skipped")
+    p.add_argument("--junit", metavar="FILE", help="JUnit XML path (default: <run dir>/junit-stress.xml)")
+    p.add_argument("--no-report", action="store_true", help="do not render index.html")
+    p.add_argument("--list", action="store_true", help="list the tests and targets, run nothing")
+    add_driver_options(p)
+    p.set_defaults(func=run_stress)
+    return p
+
+
+def add_fuzz_parser(subparsers) -> argparse.ArgumentParser:
+    """The `fuzz` subcommand (sets func=run_fuzz)."""
+    p = subparsers.add_parser(
+        "fuzz", help="property-based fuzzing of model building, validation and ONNX import",
+        description="Random and mutated models and ONNX files must only ever produce MltsError; anything "
+                    "else is saved as a reproducer (exit status 1).")
+    p.add_argument("--seconds", type=float, default=60.0, metavar="N", help="how long to fuzz (default 60)")
+    p.add_argument("--targets", default="all", metavar="NAMES",
+                   help="comma-separated: model, onnx (default: all)")
+    p.add_argument("--out", metavar="DIR", default="reports/fuzz", help="where reproducers go (default reports/fuzz)")
+    p.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
+    p.set_defaults(func=run_fuzz)
+    return p
+
+
+def _split(values) -> list[str]:
+    return [n.strip() for item in values or [] for n in item.split(",") if n.strip()]
+
+
+def _log(line: str) -> None:
+    print(f"mlts stress: {line}", file=sys.stderr, flush=True)
+
+
+def _targets_and_specs(args: argparse.Namespace):
+    """Register the run's drivers here only to learn their names, then stop their services: every
+    test process loads its own."""
+    from ..cli import register_cli_drivers
+    from ..runtime import unregister_driver
+    from ..runtime.plugins import close_driver, driver_specs
+    from .drivers import discover_targets
+
+    registered = register_cli_drivers(args)
+    try:
+        targets = discover_targets(include_reference=args.include_reference)
+    finally:
+        for d in registered:
+            close_driver(d.driver)
+            unregister_driver(d.name)
+    return targets, driver_specs(getattr(args, "driver", None) or [])
+
+
+def run_stress(args: argparse.Namespace) -> int:
+    """Run the suite; 0 only when every test succeeded (CI gates on it)."""
+    from ..benchmark.records import new_run_dir
+    from .catalog import select_tests
+    from .drivers import select_targets
+    from .junit import write_junit
+    from .models import model_names
+    from .suite import SuiteConfig, outcome_counts, run_suite
+
+    if args.duration_scale <= 0:
+        raise MltsError(ResultCode.BAD_DATA, f"--duration-scale must be > 0, got {args.duration_scale:g}")
+    if args.replay:
+        return run_replay(args)
+    tests = select_tests(_split(args.tests), args.quick)
+    all_targets, specs = _targets_and_specs(args)
+    targets = select_targets(all_targets, _split(args.drivers))
+    if args.list:
+        print("targets: " + ", ".join(t.name for t in targets))
+        for t in tests:
+            print(f"{t.name}: {t.duration(args.quick, args.duration_scale):g} s  {t.description}")
+        return 0
+    models, note = model_names()
+    if note:
+        _log(note)
+    run_dir = Path(args.out) if args.out else new_run_dir("reports")
+    config = SuiteConfig(run_dir=run_dir, targets=targets, tests=tests, specs=specs,
+                         hosting="in-process" if args.in_process else None, quick=args.quick,
+                         duration_scale=args.duration_scale, heartbeat_s=args.heartbeat, models=models,
+                         max_models=1 if args.quick else None, seed=args.seed,
+                         liveness_after_disruptive=not args.quick)  # quick: the tests' own checks suffice
+    _log(f"{len(tests)} test(s) x {len(targets)} target(s) ({', '.join(t.name for t in targets)}) -> {run_dir}")
+    records = run_suite(config, progress=_log)
+    junit = write_junit(records, args.junit or run_dir / "junit-stress.xml")
+    counts = outcome_counts(records)
+    _log(", ".join(f"{n} {o}" for o, n in counts.items() if n) + f"; JUnit XML: {junit}")
+    if not args.no_report:
+        from ..report import render_report
+
+        try:
+            report = render_report(run_dir, run_dir / "index.html")
+            _log(f"report: {report}")
+        except MltsError as e:
+            _log(f"the report could not be rendered: {e}")
+    print(run_dir)
+    return 0 if counts.get("SUCCESS", 0) == len(records) else 1
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    """A saved graph on the driver it failed on (its spec is in the file), or on --drivers."""
+    import tempfile
+
+    from ..runtime.plugins import driver_specs
+    from .catalog import REPLAY
+    from .drivers import Target, select_targets
+    from .graph_spec import load_spec
+    from .suite import SuiteConfig, watch
+
+    path = Path(args.replay).resolve()
+    spec = load_spec(path)
+    specs = list(dict.fromkeys(list(spec.get("specs") or []) + driver_specs(getattr(args, "driver", None) or [])))
+    names = _split(args.drivers)
+    if names:
+        all_targets, cli_specs = _targets_and_specs(args)
+        specs = list(dict.fromkeys(specs + cli_specs))
+        targets = select_targets(all_targets, names)
+    elif spec.get("target"):
+        targets = [Target.from_job(spec["target"])]
+    else:
+        raise MltsError(ResultCode.BAD_DATA, f"{path}: the graph names no driver; give one with --drivers")
+    hosting = "in-process" if args.in_process else spec.get("hosting")
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="mlts-replay-") as tmp:
+        run_dir = Path(args.out) if args.out else Path(tmp)
+        config = SuiteConfig(run_dir=run_dir, targets=targets, tests=[REPLAY], specs=specs, hosting=hosting,
+                             heartbeat_s=args.heartbeat)
+        for target in targets:
+            r = watch(config, target, REPLAY, Path(tmp), spec_path=str(path))
+            print(f"{target.name}: {r.outcome}" + (f": {r.reason}" if r.reason else "")
+                  + (f"\n{r.log_tail}" if r.outcome in ("HANG", "CRASH") else ""))
+            failed += r.outcome != "SUCCESS" or "did not reproduce" not in (r.details.get("note") or r.reason or "")
+    return 1 if failed else 0
+
+
+def run_fuzz(args: argparse.Namespace) -> int:
+    """Fuzz; 1 when a reproducer was saved."""
+    from .fuzz import fuzz
+
+    targets = [t for t in args.targets.split(",") if t.strip()]
+    report = fuzz(args.seconds, out_dir=Path(args.out), targets=None if targets == ["all"] else targets,
+                  seed=args.seed, log=lambda line: print(f"mlts fuzz: {line}", file=sys.stderr, flush=True))
+    print(report.summary())
+    return 0 if not report.crashes else 1
+
+
+__all__ = ["add_fuzz_parser", "add_stress_parser", "run_fuzz", "run_replay", "run_stress"]
