@@ -316,6 +316,8 @@ def main() -> int:
     parser.add_argument("--distill-steps", type=int, default=2000,
                         help="refine each chain's narrowest model against the next one (0: skip)")
     parser.add_argument("--distill-lr", type=float, default=0.001)
+    parser.add_argument("--distill-only", action="store_true",
+                        help="only the distillation step (needs the chain's first two checkpoints)")
     parser.add_argument("--eval-images", type=int, default=1500)
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
@@ -329,6 +331,9 @@ def main() -> int:
     CHECKPOINTS.mkdir(parents=True, exist_ok=True)
     summary = {}
     for family in args.families:
+        if args.distill_only:
+            summary.update(distill_narrowest(family, args))
+            continue
         net = None
         for position, (alpha, res) in enumerate(CHAINS[family]):
             name = model_name(family, alpha, res)
