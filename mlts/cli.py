@@ -104,7 +104,7 @@ def _cmd_devices(args: argparse.Namespace) -> int:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    from .models.zoo import zoo
+    from .models.zoo_registry import zoo
 
     rows = [{"name": e.name, "family": e.family, "width": e.alpha, "resolution": e.resolution,
              "quantization": e.quantization or "float32", "parameters": e.parameters, "macs": e.macs,

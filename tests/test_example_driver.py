@@ -14,8 +14,8 @@ import pytest
 
 from mlts.datasets.preprocess import to_float_input
 from mlts.datasets.shapes import ShapesDataset
-from mlts.models import zoo as zoo_module
-from mlts.models.zoo import get_entry, load
+from mlts.models import zoo_registry as zoo_module
+from mlts.models.zoo_registry import get_entry, load
 from mlts.runtime import get_device, register_driver, unregister_driver
 from mlts.runtime.plugins import load_drivers
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mlts.datasets.preprocess import INPUT_ZERO_POINT, to_float_input, to_quant_input  # noqa: E402
 from mlts.datasets.shapes import ShapesDataset  # noqa: E402
-from mlts.models.zoo import onnx_path, zoo  # noqa: E402
+from mlts.models.zoo_registry import onnx_path, zoo  # noqa: E402
 
 
 def top1(name: str, quantization: str | None, resolution: int, count: int) -> float:

@@ -89,7 +89,7 @@ def _match(patterns: list[str], names: Sequence[str], what: str, listing: str) -
 
 def select_models(patterns: str | Iterable[str] | None = None, *, quick: bool = False) -> list[str]:
     """Zoo model names from names or regexes; none given: the quick or the default set."""
-    from mlts.models.zoo import zoo
+    from mlts.models.zoo_registry import zoo
 
     pats = _split_patterns(patterns)
     if not pats:
@@ -522,7 +522,7 @@ class BenchmarkRunner:
         atomic_write(self.run_dir / RUN_FILE, json.dumps(to_jsonable(doc), indent=2) + "\n")
 
     def run(self) -> RunSummary:
-        from mlts.models.zoo import get_entry
+        from mlts.models.zoo_registry import get_entry
 
         cfg = self.config
         summary = RunSummary(self.run_dir)
@@ -656,7 +656,7 @@ class _ModelRun:
         self.imported = None
 
     def _load(self) -> None:
-        from mlts.models.zoo import get_entry, load, onnx_path
+        from mlts.models.zoo_registry import get_entry, load, onnx_path
 
         entry = get_entry(self.name)
         t = time.perf_counter()
@@ -684,7 +684,7 @@ class _ModelRun:
             "accuracy_inputs_sha256": _digest(self.inputs) if self.inputs else None,
         }
         if entry.quantization is not None:
-            from mlts.models import zoo as zoo_module
+            from mlts.models import zoo_registry as zoo_module
 
             self.seeds["calibration"] = {"split": "calibration", "images": zoo_module.CALIBRATION_IMAGES}
 

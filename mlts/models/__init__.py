@@ -1,5 +1,5 @@
 """mlts.models (see SPEC.md section 1): the ONNX importer and the bundled MobileNet zoo."""
 from .onnx_import import ImportedModel, import_onnx
-from .zoo import load, zoo
+from .zoo_registry import load, zoo
 
 __all__ = ["ImportedModel", "import_onnx", "load", "zoo"]

@@ -55,8 +55,9 @@ _devices: list[Device] | None = None
 
 def _default_drivers() -> list[Driver]:
     from .drivers import ReferenceDriver
+    from .drivers.fast import FastDriver
 
-    return [ReferenceDriver()]
+    return [ReferenceDriver(), FastDriver()]
 
 
 def devices() -> list[Device]:

@@ -159,7 +159,7 @@ def builtin_model(name: str, *, memory_dir: Any = None) -> StressModel:
 def zoo_names(include_uncached_quantized: bool = False) -> list[str]:
     """Zoo models with trained weights, smallest first. Quantized ones only when already built
     (calibrating a quantized model takes far longer than any stress test)."""
-    from ..models import zoo as zoo_module
+    from ..models import zoo_registry as zoo_module
 
     out = []
     for e in sorted(zoo_module.zoo(), key=lambda e: (e.macs, e.name)):
@@ -174,7 +174,7 @@ def zoo_names(include_uncached_quantized: bool = False) -> list[str]:
 def _zoo_cached(entry: Any) -> bool:
     import hashlib
 
-    from ..models import zoo as zoo_module
+    from ..models import zoo_registry as zoo_module
 
     try:
         digest = hashlib.sha256(entry.weights_path.read_bytes()).hexdigest()[:12]
@@ -185,7 +185,7 @@ def _zoo_cached(entry: Any) -> bool:
 
 def zoo_model(name: str, seed: int = 0) -> StressModel:
     """A zoo model imported afresh, with seeded random inputs of its input types."""
-    from ..models.zoo import load
+    from ..models.zoo_registry import load
 
     imported = load(name)
     model = imported.model

@@ -29,7 +29,7 @@ def tiny_zoo(tmp_path_factory):
     """Weights for the smallest model only (others stay unavailable), a private model cache."""
     from mlts.datasets.preprocess import to_float_input
     from mlts.datasets.shapes import ShapesDataset
-    from mlts.models import zoo as zoo_module
+    from mlts.models import zoo_registry as zoo_module
 
     tmp = tmp_path_factory.mktemp("zoo")
     entry = zoo_module.get_entry(TINY)

@@ -177,8 +177,8 @@ def test_cli_import_and_graphdump(tmp_path, capsys):
     assert cli_main(["import", str(path), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert [op["type"] for op in info["operations"]] == ["TRANSPOSE", "CONV_2D", "AVERAGE_POOL_2D", "RESHAPE"]
-    assert info["operations"][1]["devices"] == ["nnapi-reference"]
-    assert info["partition"]["steps"][0]["device"] == "nnapi-reference"
+    assert info["operations"][1]["devices"] == ["nnapi-reference", "mlts-fast"]
+    assert info["partition"]["steps"][0]["device"] == "mlts-fast"  # declares better performance
     assert any("partitionTheWork" in line for line in info["partition"]["log"])
     dot = tmp_path / "g.dot"
     assert cli_main(["graphdump", str(path), "-o", str(dot)]) == 0

@@ -6,8 +6,8 @@ import pytest
 
 from mlts.datasets.preprocess import to_float_input, to_quant_input
 from mlts.datasets.shapes import ShapesDataset
-from mlts.models import mobilenet, zoo as zoo_module
-from mlts.models.zoo import get_entry, load, onnx_path, zoo
+from mlts.models import mobilenet, zoo_registry as zoo_module
+from mlts.models.zoo_registry import get_entry, load, onnx_path, zoo
 from mlts.runtime import MltsError, ResultCode
 from model_weights import stable_weights
 

@@ -46,7 +46,8 @@ def check_chain(comp, ops, seed=0):
 
 
 # -- choosing devices ------------------------------------------------------------------------------
-def test_reference_alone_takes_everything(caplog):
+def test_reference_alone_takes_everything(caplog, register):
+    register()  # no driver of its own: sets the built-in mlts-fast aside, leaving the reference alone
     caplog.set_level(logging.INFO, logger="mlts.ExecutionPlan")
     ops = [ADD, MUL]
     comp = compile_all(chain_model(ops))

@@ -63,7 +63,7 @@ def test_builtin_models_agree_across_drivers():
 
 
 def test_without_zoo_weights_the_suite_uses_its_own_models(monkeypatch, tmp_path):
-    from mlts.models import zoo as zoo_module
+    from mlts.models import zoo_registry as zoo_module
 
     monkeypatch.setattr(zoo_module, "WEIGHTS_DIR", tmp_path)
     names, note = model_names()
@@ -74,7 +74,7 @@ def test_zoo_models_are_used_when_they_have_weights(tmp_path, monkeypatch):
     """As tests/models/test_zoo.py::small_zoo: stable random weights for the smallest MobileNet."""
     from mlts.datasets.preprocess import to_float_input
     from mlts.datasets.shapes import ShapesDataset
-    from mlts.models import zoo as zoo_module
+    from mlts.models import zoo_registry as zoo_module
     from models.model_weights import stable_weights
 
     entry = zoo_module.get_entry("mobilenet_v1_0.25_128")

@@ -1,0 +1,141 @@
+"""mlts-fast: the optimized CPU driver (a vendor driver compiled for this machine's CPU).
+
+Preparation compiles the model into a Plan (NHWC buffers laid out once, weights repacked, BLAS
+GEMMs and compiled numba loops chosen per layer) and runs it once, so that every kernel is
+compiled and every buffer touched before the first real execution. Executions only copy inputs in,
+run the bound steps and copy outputs out.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ... import vlog
+from ...enums import DeviceType, FeatureLevel, OperandCode, Preference, Priority, ResultCode
+from ...errors import MltsError
+from ...hal import (CacheHandles, Capabilities, Driver, ExecutionResult, HalModel, OutputShape, PerformanceInfo,
+                    PreparedModel, Request, Timing)
+from ...hal_validation import validate_hal_model, validate_request
+
+FAST_DEVICE_NAME = "mlts-fast"
+#: operand types of the operations it takes (their input 0), with the performance it declares for them
+FAST_TYPES = (OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_QUANT8_ASYMM, OperandCode.TENSOR_QUANT8_ASYMM_SIGNED,
+              OperandCode.TENSOR_QUANT8_SYMM, OperandCode.TENSOR_QUANT8_SYMM_PER_CHANNEL)
+EXEC_TIME, POWER_USAGE = 0.3, 0.5
+
+
+def compiler_available() -> bool:
+    """numba is what compiles the kernels; without it the driver takes no operation at all."""
+    import importlib.util
+
+    return importlib.util.find_spec("numba") is not None
+
+
+class FastDriver(Driver):
+    """Float32 and 8-bit (per-tensor uint8/int8, per-channel int8 filters) MobileNet-class operations."""
+
+    name = FAST_DEVICE_NAME
+    version = "1.0"
+    feature_level = FeatureLevel.LEVEL_8
+    device_type = DeviceType.ACCELERATOR
+
+    def get_capabilities(self) -> Capabilities:
+        perf = PerformanceInfo(EXEC_TIME, POWER_USAGE)
+        return Capabilities.uniform(EXEC_TIME, POWER_USAGE, types=FAST_TYPES, relaxed=perf)
+
+    def get_supported_operations(self, model: HalModel) -> list[bool]:
+        validate_hal_model(model)
+        if not compiler_available():
+            return [False] * len(model.main.operations)
+        from .support import unsupported_reason
+
+        result = []
+        for j, op in enumerate(model.main.operations):
+            reason = unsupported_reason(model, j)
+            if reason is not None:
+                vlog.log("driver", f"{self.name}: operation {j} ({op.type.name}) unsupported: {reason}")
+            result.append(reason is None)
+        return result
+
+    def prepare_model(self, model: HalModel, preference: Preference, priority: Priority,
+                      deadline: float | None, cache: CacheHandles | None) -> PreparedModel:
+        validate_hal_model(model)
+        if deadline is not None and time.monotonic() > deadline:
+            raise MltsError(ResultCode.MISSED_DEADLINE_PERSISTENT, f"{self.name}: preparation deadline already passed")
+        if not compiler_available():
+            raise MltsError(ResultCode.OP_FAILED, f"{self.name}: numba is not installed")
+        from .plan import Plan
+
+        try:
+            plan = Plan(model, self.name)
+            warm = plan.acquire()
+            warm.run()  # compiles (or loads from numba's cache) every kernel this plan uses
+            plan.release(warm)
+        except MltsError:
+            raise
+        except MemoryError:
+            raise MltsError(ResultCode.OUT_OF_MEMORY, f"{self.name}: out of memory while preparing") from None
+        except Exception as e:
+            raise MltsError(ResultCode.OP_FAILED, f"{self.name}: preparation failed: {type(e).__name__}: {e}") from None
+        vlog.log("driver", f"{self.name}: prepared {len(plan.steps)} steps, "
+                           f"workspace {plan.workspace_bytes / 2**20:.1f} MiB")
+        return FastPreparedModel(self, model, plan)
+
+
+class FastPreparedModel(PreparedModel):
+    def __init__(self, driver: FastDriver, model: HalModel, plan) -> None:
+        self.driver = driver
+        self.model = model
+        self.plan = plan
+
+    def execute_synchronously(self, request: Request, measure: bool, deadline: float | None,
+                              loop_timeout_ns: int) -> ExecutionResult:
+        t_driver = time.perf_counter_ns()
+        name = self.driver.name
+        try:
+            in_types = validate_request(request, self.model)
+            if deadline is not None and time.monotonic() > deadline:
+                return ExecutionResult(ResultCode.MISSED_DEADLINE_TRANSIENT, [], message="deadline already passed")
+            plan = self.plan
+            shapes = [OutputShape(plan.values[i].shape, plan.values[i].type.byte_size() <= arg.location.length)
+                      for i, arg in zip(plan.outputs, request.outputs)]
+            if not all(s.is_sufficient for s in shapes):
+                small = [k for k, s in enumerate(shapes) if not s.is_sufficient]
+                return ExecutionResult(ResultCode.OUTPUT_INSUFFICIENT_SIZE, shapes,
+                                       message=f"output buffers {small} are too small")
+            ws = plan.acquire()
+            try:
+                for k, (arg, t, dest) in enumerate(zip(request.inputs, in_types, ws.inputs)):
+                    if t is None:
+                        raise MltsError(ResultCode.BAD_DATA, f"{name}: input {k} has no value")
+                    pool = request.pools[arg.location.pool_index]
+                    np.copyto(dest, pool.array(arg.location.offset, dest.dtype, dest.shape))
+                t_device = time.perf_counter_ns()
+                ws.run(None if deadline is None else _deadline_check(deadline))
+                t_device = time.perf_counter_ns() - t_device
+                for arg, src in zip(request.outputs, ws.outputs):
+                    pool = request.pools[arg.location.pool_index]
+                    np.copyto(pool.array(arg.location.offset, src.dtype, src.shape), src, casting="no")
+            finally:
+                plan.release(ws)
+            timing = Timing()
+            if measure:
+                total = time.perf_counter_ns() - t_driver
+                timing = Timing(time_on_device=t_device // 1000, time_in_driver=max(total, t_device) // 1000)
+            return ExecutionResult(ResultCode.NO_ERROR, shapes, timing)
+        except MltsError as e:
+            vlog.log("driver", f"{name}: execution failed: {e}")
+            return ExecutionResult(e.code, e.output_shapes or [], message=e.message)
+        except MemoryError:
+            return ExecutionResult(ResultCode.OUT_OF_MEMORY, [], message="out of memory")
+        except Exception as e:  # a driver must never let an exception escape to its client
+            return ExecutionResult(ResultCode.OP_FAILED, [], message=f"{name}: {type(e).__name__}: {e}")
+
+
+def _deadline_check(deadline: float):
+    def check(step) -> None:
+        if time.monotonic() > deadline:
+            raise MltsError(ResultCode.MISSED_DEADLINE_TRANSIENT,
+                            f"deadline passed before operation {step.op_index} ({step.code.name})")
+    return check

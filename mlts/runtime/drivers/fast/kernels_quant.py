@@ -1,0 +1,274 @@
+"""Compiled 8-bit kernels of mlts-fast: NNAPI's integer arithmetic, element for element.
+
+Every kernel produces the integers of the reference kernels (`mlts.runtime.ops`): int32 sums of
+centred values, the fixed-point output rescale (a doubling high multiply and a rounding right
+shift), the output zero point and the activation clamp. Outputs are written as `value - out_sub`
+into an array of any dtype: uint8/int8 storage with out_sub 0, or (out_sub = zero point) the
+centred values in float32/float64, ready to be the input matrix of the next BLAS GEMM.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .kernels_float import JIT, interior
+
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1
+
+
+_U31 = np.uint64(31)
+_PRODUCT_OFFSET = (1 << 62) + (1 << 30)
+_ROUNDING_OFFSET = np.uint64((1 << 40) - (1 << 31))
+
+
+@njit(inline="always", **JIT)
+def rescale(v, k, rq):
+    """The conv output rescale of one value (`_conv_common.rescale_in_place`) for channel k.
+
+    rq = (multiplier int32, left shift, half, negative mask, right shift, correction), see
+    `steps_conv.Requantizer`. Preconditions checked at preparation: |v| << left fits int32 (so no
+    saturation happens) and the multiplier is >= 0. The arithmetic is offset so that every shift is
+    a logical shift of a non-negative 64-bit value, which AVX2 vectorizes:
+    floor((v * m + 2**30) / 2**31) + 2**31 = (v * m + 2**62 + 2**30) >> 31, then the rounding right
+    shift (ties away from zero) on that value plus 2**40, minus 2**(40 - right).
+    """
+    mult, left, half, negative_mask, right, correction = rq
+    v = np.int64(np.int32(v << left[k]))
+    y = np.uint64(v * np.int64(mult[k]) + _PRODUCT_OFFSET) >> _U31
+    negative = np.uint64(1) if y < np.uint64(1 << 31) else np.uint64(0)
+    t = y + half[k] - (negative & negative_mask[k]) + _ROUNDING_OFFSET
+    return np.int64(t >> right[k]) - correction[k]
+
+
+@njit(inline="always", **JIT)
+def doubling_high_mul(a, b):
+    """gemmlowp SaturatingRoundingDoublingHighMul on int32 values held in int64 (any signs)."""
+    if a == INT32_MIN and b == INT32_MIN:
+        return INT32_MAX
+    ab = a * b
+    t = ab + ((1 << 30) if ab >= 0 else (1 - (1 << 30)))
+    return (t >> 31) if t >= 0 else -((-t) >> 31)
+
+
+@njit(inline="always", **JIT)
+def rounding_divide_by_pot(x, exponent):
+    """gemmlowp RoundingDivideByPOT: x / 2**exponent, ties away from zero."""
+    mask = (1 << exponent) - 1
+    threshold = (mask >> 1) + (1 if x < 0 else 0)
+    return (x >> exponent) + (1 if (x & mask) > threshold else 0)
+
+
+@njit(inline="always", **JIT)
+def multiply_by_quantized_multiplier(x, mult, left, right):
+    """`quant.multiply_by_quantized_multiplier` on one value: saturating left shift, doubling high
+    multiply, rounding right shift."""
+    x = min(max(x << left, INT32_MIN), INT32_MAX)
+    return rounding_divide_by_pot(doubling_high_mul(x, mult), right)
+
+
+@njit(**JIT)
+def requantize_rows(acc, bias, rq, zero_point, lo, hi, out, out_sub):
+    """[M, O] exact integer sums (held in float32/float64) + int64 bias -> out [M, O] (see the module doc)."""
+    m, o = acc.shape
+    for r in range(m):
+        for k in range(o):
+            v = rescale(np.int64(np.int32(acc[r, k])) + bias[k], k, rq) + zero_point
+            out[r, k] = np.int32(min(max(v, lo), hi) - out_sub)
+
+
+@njit(**JIT)
+def requantize_rows_padded(acc, bias, rq, zero_point, lo, hi, out, out_sub, pad_top, pad_left, h, w, g0, g1):
+    """`requantize_rows` of image rows [g0, g1) into the h x w interior of out [N, Hp, Wp, O], the border
+    holding the zero point (centred: 0); see `kernels_float.bias_activation_padded`."""
+    _, hp, wp, o = out.shape
+    fill = np.int32(zero_point - out_sub)
+    r = 0
+    for g in range(g0, g1):
+        n = g // h
+        ih = g % h
+        if ih == 0:
+            for i in range(pad_top):
+                out[n, i] = fill
+        if ih == h - 1:
+            for i in range(pad_top + h, hp):
+                out[n, i] = fill
+        row = out[n, pad_top + ih]
+        for iw in range(wp):
+            if pad_left <= iw < pad_left + w:
+                for k in range(o):
+                    v = rescale(np.int64(np.int32(acc[r, k])) + bias[k], k, rq) + zero_point
+                    row[iw, k] = np.int32(min(max(v, lo), hi) - out_sub)
+                r += 1
+            else:
+                for k in range(o):
+                    row[iw, k] = fill
+
+
+@njit(**JIT)
+def centre(x, out, sub):
+    """[M, K] stored values -> out = x - sub (exact in out's float type): a GEMM's input matrix."""
+    m, k = x.shape
+    for r in range(m):
+        for c in range(k):
+            out[r, c] = x[r, c] - sub
+
+
+@njit(**JIT)
+def _depthwise_pixel(x, x_zp, w, bias, rq, zero_point, lo, hi, out, out_sub, acc, n, oh, ow,
+                     stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, depth_mult):
+    """One output pixel, any filter size and multiplier; float64 sums of integers are exact."""
+    _, h, wd, _ = x.shape
+    oc = out.shape[3]
+    for k in range(oc):
+        acc[k] = 0.0
+    for i in range(w.shape[0]):
+        ih = oh * stride_h - pad_top + i * dil_h
+        if ih < 0 or ih >= h:
+            continue
+        for j in range(w.shape[1]):
+            iw = ow * stride_w - pad_left + j * dil_w
+            if iw < 0 or iw >= wd:
+                continue
+            for k in range(oc):
+                acc[k] += (np.float64(x[n, ih, iw, k // depth_mult]) - x_zp) * w[i, j, k]
+    for k in range(oc):
+        v = rescale(np.int64(np.int32(acc[k])) + bias[k], k, rq) + zero_point
+        out[n, oh, ow, k] = np.int32(min(max(v, lo), hi) - out_sub)
+
+
+@njit(**JIT)
+def _depthwise_row_3x3(r0, r1, r2, w, zp, first, last, stride_w, pad_left, dil_w, sums):
+    """Float32 sums of the nine taps for output columns [first, last) of one row: exact, since
+    |sum| <= 9 * 255 * 255 < 2**24."""
+    oc = sums.shape[1]
+    for ow in range(first, last):
+        c0 = ow * stride_w - pad_left
+        c1 = c0 + dil_w
+        c2 = c1 + dil_w
+        for k in range(oc):
+            s = (np.float32(r0[c0, k]) - zp) * w[0, 0, k]
+            s += (np.float32(r0[c1, k]) - zp) * w[0, 1, k]
+            s += (np.float32(r0[c2, k]) - zp) * w[0, 2, k]
+            s += (np.float32(r1[c0, k]) - zp) * w[1, 0, k]
+            s += (np.float32(r1[c1, k]) - zp) * w[1, 1, k]
+            s += (np.float32(r1[c2, k]) - zp) * w[1, 2, k]
+            s += (np.float32(r2[c0, k]) - zp) * w[2, 0, k]
+            s += (np.float32(r2[c1, k]) - zp) * w[2, 1, k]
+            s += (np.float32(r2[c2, k]) - zp) * w[2, 2, k]
+            sums[ow, k] = s
+
+
+@njit(**JIT)
+def _requantize_row(sums, first, last, bias, rq, zero_point, lo, hi, out, out_sub):
+    oc = sums.shape[1]
+    for ow in range(first, last):
+        for k in range(oc):
+            v = rescale(np.int64(np.int32(sums[ow, k])) + bias[k], k, rq) + zero_point
+            out[ow, k] = np.int32(min(max(v, lo), hi) - out_sub)
+
+
+@njit(**JIT)
+def depthwise(x, x_zp, w, bias, rq, zero_point, lo, hi, out, out_sub, acc, sums,
+              stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, depth_mult):
+    """Quantized depthwise convolution, NHWC. x: stored values (x_zp their zero point) or values
+    already centred in float32 (x_zp 0); w [KH,KW,OC] centred filter (float32, integer-valued);
+    int64 bias; per-channel requantizer `rq`. Scratch: `acc` float64 [OC], `sums` float32 [OW, OC].
+
+    Padding taps are skipped (they read the zero point: centred 0). Away from the border, 3x3 filters
+    with multiplier 1 sum a row at a time in float32, then requantize the row: two simple loops that
+    both vectorize. Border pixels and other filters go pixel by pixel.
+    """
+    n_batch, h, wd, _ = x.shape
+    _, oh_n, ow_n, oc = out.shape
+    fast = w.shape[0] == 3 and w.shape[1] == 3 and depth_mult == 1
+    oh0, oh1 = interior(oh_n, stride_h, pad_top, 2 * dil_h + 1, h)
+    ow0, ow1 = interior(ow_n, stride_w, pad_left, 2 * dil_w + 1, wd)
+    if not fast:
+        oh0, oh1, ow0, ow1 = 0, 0, 0, 0
+    zp = np.float32(x_zp)
+    for n in range(n_batch):
+        for oh in range(oh_n):
+            inside = oh0 <= oh < oh1
+            for ow in range(ow_n):
+                if not inside or ow < ow0 or ow >= ow1:
+                    _depthwise_pixel(x, x_zp, w, bias, rq, zero_point, lo, hi, out, out_sub, acc,
+                                     n, oh, ow, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, depth_mult)
+            if inside:
+                ih = oh * stride_h - pad_top
+                _depthwise_row_3x3(x[n, ih], x[n, ih + dil_h], x[n, ih + 2 * dil_h], w, zp, ow0, ow1,
+                                   stride_w, pad_left, dil_w, sums)
+                _requantize_row(sums, ow0, ow1, bias, rq, zero_point, lo, hi, out[n, oh], out_sub)
+
+
+@njit(**JIT)
+def add(a, b, lut_a, lut_b, offset, mult, left, right, zero_point, lo, hi, out, out_sub):
+    """Quantized ADD/SUB on flat arrays: the rescaled, left-shifted inputs come from 256-entry tables
+    (indexed by stored value + offset), their sum is rescaled to the output (NNAPI's kernel)."""
+    for i in range(out.shape[0]):
+        s = lut_a[a[i] + offset] + lut_b[b[i] + offset]
+        v = multiply_by_quantized_multiplier(s, mult, left, right) + zero_point
+        out[i] = np.int32(min(max(v, lo), hi) - out_sub)
+
+
+@njit(**JIT)
+def pool(x, out, acc, filter_h, filter_w, stride_h, stride_w, pad_top, pad_left, is_max, signed, lo, hi):
+    """Quantized average (TFLite's integer rounding: halves up for uint8, away from zero for int8) or
+    max pooling over the real elements of each window, NHWC; `acc` an int64 scratch row of C."""
+    n_batch, h, wd, c = x.shape
+    _, oh_n, ow_n, _ = out.shape
+    for n in range(n_batch):
+        for oh in range(oh_n):
+            h0 = max(oh * stride_h - pad_top, 0)
+            h1 = min(oh * stride_h - pad_top + filter_h, h)
+            for ow in range(ow_n):
+                w0 = max(ow * stride_w - pad_left, 0)
+                w1 = min(ow * stride_w - pad_left + filter_w, wd)
+                for k in range(c):
+                    acc[k] = -(1 << 40) if is_max else 0
+                for ih in range(h0, h1):
+                    for iw in range(w0, w1):
+                        if is_max:
+                            for k in range(c):
+                                acc[k] = max(acc[k], x[n, ih, iw, k])
+                        else:
+                            for k in range(c):
+                                acc[k] += x[n, ih, iw, k]
+                count = (h1 - h0) * (w1 - w0)
+                half = count // 2
+                for k in range(c):
+                    v = acc[k]
+                    if not is_max:
+                        if not signed or v > 0:
+                            v = (v + half) // count
+                        else:
+                            v = -((half - v) // count)
+                    out[n, oh, ow, k] = min(max(v, lo), hi)
+
+
+@njit(**JIT)
+def softmax_sums(x, contributions, offset, maxima, sums):
+    """Per row of x [R, C] (stored values): the maximum, and the sum of the exp contributions
+    (Q12.19, from a table indexed by value - max + offset) wrapped to int32 as NNAPI's int32 sum."""
+    for r in range(x.shape[0]):
+        m = np.int64(x[r, 0])
+        for c in range(x.shape[1]):
+            m = max(m, np.int64(x[r, c]))
+        total = np.int64(0)
+        for c in range(x.shape[1]):
+            total += contributions[np.int64(x[r, c]) - m + offset]
+        maxima[r] = m
+        sums[r] = ((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+@njit(**JIT)
+def softmax_outputs(x, exps, used, offset, maxima, scales, shifts, out_offset, out):
+    """out = clamp(round(exp * reciprocal of the row's sum), 0, 255) (+ out_offset), 0 where dropped."""
+    for r in range(x.shape[0]):
+        for c in range(x.shape[1]):
+            d = np.int64(x[r, c]) - maxima[r] + offset
+            v = 0
+            if used[d]:
+                v = rounding_divide_by_pot(doubling_high_mul(scales[r], exps[d]), shifts[r])
+                v = min(max(v, 0), 255)
+            out[r, c] = v + out_offset
