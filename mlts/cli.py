@@ -123,6 +123,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
 def _cmd_import(args: argparse.Namespace) -> int:
     from .models import import_onnx
 
+    register_cli_drivers(args)  # the plan shows where each operation would run, these drivers included
     imported = import_onnx(args.model)
     if args.json:
         json.dump(imported.describe_dict(), sys.stdout, indent=2)
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="path of an .onnx file")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_import)
+    add_driver_options(p)
     p = sub.add_parser("graphdump", help="import an ONNX model and write its NNAPI graph in Graphviz dot format")
     p.add_argument("model", help="path of an .onnx file")
     p.add_argument("-o", "--output", help="output .dot file (default: standard output)")
