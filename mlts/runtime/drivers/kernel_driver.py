@@ -112,18 +112,27 @@ def run_request(graph: PreparedGraph, request: Request, measure: bool, deadline:
             pool = request.pools[arg.location.pool_index]
             dest = pool.array(arg.location.offset, o.dtype, o.shape)
             np.copyto(dest, o, casting="no")
-        timing = Timing()
-        if measure:
-            total = time.perf_counter_ns() - t_driver
-            timing = Timing(time_on_device=t_device // 1000, time_in_driver=max(total, t_device) // 1000)
-        return ExecutionResult(ResultCode.NO_ERROR, shapes, timing)
-    except MltsError as e:
-        vlog.log("driver", f"{driver_name}: execution failed: {e}")
-        return ExecutionResult(e.code, e.output_shapes or [], message=e.message)
-    except MemoryError:
-        return ExecutionResult(ResultCode.OUT_OF_MEMORY, [], message="out of memory")
+        return ExecutionResult(ResultCode.NO_ERROR, shapes, measured_timing(measure, t_driver, t_device))
     except Exception as e:  # a driver must never let an exception escape to its client
-        return ExecutionResult(ResultCode.OP_FAILED, [], message=f"{driver_name}: {type(e).__name__}: {e}")
+        return failed_execution(driver_name, e)
+
+
+def measured_timing(measure: bool, t_driver_start_ns: int, t_device_ns: int) -> Timing:
+    """NNAPI timing in microseconds from perf_counter_ns stamps; in-driver time never below on-device time."""
+    if not measure:
+        return Timing()
+    total = time.perf_counter_ns() - t_driver_start_ns
+    return Timing(time_on_device=t_device_ns // 1000, time_in_driver=max(total, t_device_ns) // 1000)
+
+
+def failed_execution(driver_name: str, exc: Exception) -> ExecutionResult:
+    """The status a failed execution reports: an MltsError's own code, OUT_OF_MEMORY, else OP_FAILED."""
+    if isinstance(exc, MltsError):
+        vlog.log("driver", f"{driver_name}: execution failed: {exc}")
+        return ExecutionResult(exc.code, exc.output_shapes or [], message=exc.message)
+    if isinstance(exc, MemoryError):
+        return ExecutionResult(ResultCode.OUT_OF_MEMORY, [], message="out of memory")
+    return ExecutionResult(ResultCode.OP_FAILED, [], message=f"{driver_name}: {type(exc).__name__}: {exc}")
 
 
 __all__ = ["KernelDriver", "KernelPreparedModel", "run_request", "ExecutionAborted", "NO_TIMING"]

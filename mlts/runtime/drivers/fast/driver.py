@@ -15,8 +15,9 @@ from ... import vlog
 from ...enums import DeviceType, FeatureLevel, OperandCode, Preference, Priority, ResultCode
 from ...errors import MltsError
 from ...hal import (CacheHandles, Capabilities, Driver, ExecutionResult, HalModel, OutputShape, PerformanceInfo,
-                    PreparedModel, Request, Timing)
+                    PreparedModel, Request)
 from ...hal_validation import validate_hal_model, validate_request
+from ..kernel_driver import failed_execution, measured_timing
 
 FAST_DEVICE_NAME = "mlts-fast"
 #: operand types of the operations it takes (their input 0), with the performance it declares for them
@@ -119,18 +120,9 @@ class FastPreparedModel(PreparedModel):
                     np.copyto(pool.array(arg.location.offset, src.dtype, src.shape), src, casting="no")
             finally:
                 plan.release(ws)
-            timing = Timing()
-            if measure:
-                total = time.perf_counter_ns() - t_driver
-                timing = Timing(time_on_device=t_device // 1000, time_in_driver=max(total, t_device) // 1000)
-            return ExecutionResult(ResultCode.NO_ERROR, shapes, timing)
-        except MltsError as e:
-            vlog.log("driver", f"{name}: execution failed: {e}")
-            return ExecutionResult(e.code, e.output_shapes or [], message=e.message)
-        except MemoryError:
-            return ExecutionResult(ResultCode.OUT_OF_MEMORY, [], message="out of memory")
+            return ExecutionResult(ResultCode.NO_ERROR, shapes, measured_timing(measure, t_driver, t_device))
         except Exception as e:  # a driver must never let an exception escape to its client
-            return ExecutionResult(ResultCode.OP_FAILED, [], message=f"{name}: {type(e).__name__}: {e}")
+            return failed_execution(name, e)
 
 
 def _deadline_check(deadline: float):
