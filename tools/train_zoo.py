@@ -61,7 +61,9 @@ def rendered(split: str, size: int, count: int, offset: int = 0) -> tuple[np.nda
         parts = pool.map(_render_range, chunks)
     images = np.concatenate([p[0] for p in parts])
     labels = np.concatenate([p[1] for p in parts])
-    np.savez(path, images=images, labels=labels)
+    tmp = path.with_name(path.stem + ".partial.npz")
+    np.savez(tmp, images=images, labels=labels)
+    os.replace(tmp, path)  # an interrupted run never leaves a truncated cache file under the final name
     return images, labels
 
 
