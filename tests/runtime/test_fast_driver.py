@@ -140,6 +140,16 @@ CONV_CASES = [
 ]
 
 
+def output_size_and_padding(h, w, kh, kw, pads, strides, dilation):
+    """Output height/width and the padding keyword for conv_inputs (an implicit code or explicit pads)."""
+    d = dilation or (1, 1)
+    if isinstance(pads, int):
+        return (out_size(h, kh, strides[1], pads, d[1]), out_size(w, kw, strides[0], pads, d[0]),
+                dict(code=pads))
+    return (out_size(h, kh, strides[1], pads[2:], d[1]), out_size(w, kw, strides[0], pads[:2], d[0]),
+            dict(pads=pads))
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("case", CONV_CASES, ids=[c[0] for c in CONV_CASES])
 def test_conv_2d(case, kind, blocks):
@@ -147,13 +157,7 @@ def test_conv_2d(case, kind, blocks):
     n, h, w, c = shape
     x_t = act_type(kind, shape)
     f_t, f, b_t, b = filter_and_bias(kind, (oc, kh, kw, c), 0, x_t.scale, seed=sum(shape))
-    d = dilation or (1, 1)
-    if isinstance(pads, int):
-        oh, ow = out_size(h, kh, strides[1], pads, d[1]), out_size(w, kw, strides[0], pads, d[0])
-        kw_args = dict(code=pads)
-    else:
-        oh, ow = out_size(h, kh, strides[1], pads[2:], d[1]), out_size(w, kw, strides[0], pads[:2], d[0])
-        kw_args = dict(pads=pads)
+    oh, ow, kw_args = output_size_and_padding(h, w, kh, kw, pads, strides, dilation)
     ins = conv_inputs(x_t, act_data(kind, shape, 1), f_t, f, b_t, b, strides=strides, fuse=fuse,
                       dilation=dilation, **kw_args)
     check(OperationCode.CONV_2D, ins, [out_type(kind, (n, oh, ow, oc))])
@@ -178,13 +182,7 @@ def test_depthwise_conv_2d(case, kind):
     n, h, w, c = shape
     x_t = act_type(kind, shape)
     f_t, f, b_t, b = filter_and_bias(kind, (1, kh, kw, c * mult), 3, x_t.scale, seed=sum(shape) + mult)
-    d = dilation or (1, 1)
-    if isinstance(pads, int):
-        oh, ow = out_size(h, kh, strides[1], pads, d[1]), out_size(w, kw, strides[0], pads, d[0])
-        kw_args = dict(code=pads)
-    else:
-        oh, ow = out_size(h, kh, strides[1], pads[2:], d[1]), out_size(w, kw, strides[0], pads[:2], d[0])
-        kw_args = dict(pads=pads)
+    oh, ow, kw_args = output_size_and_padding(h, w, kh, kw, pads, strides, dilation)
     ins = conv_inputs(x_t, act_data(kind, shape, 2), f_t, f, b_t, b, strides=strides, fuse=fuse,
                       multiplier=mult, dilation=dilation, **kw_args)
     check(OperationCode.DEPTHWISE_CONV_2D, ins, [out_type(kind, (n, oh, ow, c * mult))])
