@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import multiprocessing
 import os
@@ -35,6 +36,10 @@ from mlts.models.mobilenet import layers, model_name  # noqa: E402
 WEIGHTS_DIR = ROOT / "mlts" / "models" / "weights"
 CACHE = Path(os.environ.get("MLTS_CACHE", Path.home() / ".cache" / "mlts")) / "train-data"
 CHECKPOINTS = CACHE.parent / "train-checkpoints"
+# Rendered images depend on the generator's code: a changed generator never reuses stale cached pixels.
+DATASET_VERSION = hashlib.sha256((ROOT / "mlts" / "datasets" / "shapes.py").read_bytes()).hexdigest()[:10]
+# v2 (residual) leaves the initial plateau sooner than v1 and needs fewer steps from scratch.
+BASE_STEPS = {"v1": 4000, "v2": 3000}
 CHAINS = {"v1": ((0.25, 128), (0.5, 160), (0.75, 192), (1.0, 224)),
           "v2": ((0.35, 128), (0.5, 160), (0.75, 192), (1.0, 224))}
 
@@ -52,7 +57,7 @@ def _render_range(args):
 def rendered(split: str, size: int, count: int, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(N, H, W, 3) uint8 images and labels, rendered on all cores and cached on disk."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / f"{split}-{size}-{offset}-{count}.npz"
+    path = CACHE / f"{split}-{size}-{offset}-{count}-{DATASET_VERSION}.npz"
     if path.exists():
         data = np.load(path)
         return data["images"], data["labels"]
@@ -306,12 +311,12 @@ def main() -> int:
     parser.add_argument("--stop-after", help="zoo name to stop after (the rest of its chain waits for --resume)")
     parser.add_argument("--resume", action="store_true", help="reuse the cached checkpoint of models already trained")
     parser.add_argument("--base-images", type=int, default=40000)
-    parser.add_argument("--base-steps", type=int, default=4000)
+    parser.add_argument("--base-steps", type=int, help=f"default per family: {BASE_STEPS}")
     parser.add_argument("--base-batch", type=int, default=64)
     parser.add_argument("--base-lr", type=float, default=0.003,
                         help="AdamW 3e-3 leaves the initial loss plateau sooner than SGD 0.08 on this data")
     parser.add_argument("--finetune-images", type=int, default=12000)
-    parser.add_argument("--finetune-steps", type=int, default=400)
+    parser.add_argument("--finetune-steps", type=int, default=300)
     parser.add_argument("--finetune-batch", type=int, default=32)
     parser.add_argument("--finetune-lr", type=float, default=0.001)
     parser.add_argument("--distill-images", type=int, default=30000)
@@ -354,7 +359,7 @@ def main() -> int:
                     torch.manual_seed(seed)
                     net = build_torch(family, alpha)
                     imgs, labels = rendered("train", res, args.base_images)
-                    train_phase(net, imgs, labels, note=f"{name}", steps=args.base_steps, lr=args.base_lr,
+                    train_phase(net, imgs, labels, note=f"{name}", steps=args.base_steps or BASE_STEPS[family], lr=args.base_lr,
                                 batch=args.base_batch, seed=seed, easy_first=difficulty("train", args.base_images),
                                 monitor=monitor)
                 else:

@@ -20,11 +20,12 @@ SPLITS = {"train": 200000, "calibration": 500, "heldout": 1500}
 SUPERSAMPLE = 2
 
 # Difficulty knobs (fixed once the zoo is trained on them).
-RADIUS_RANGE = (0.16, 0.36)      # shape size, as a fraction of the image side
-CONTRAST_RANGE = (0.25, 0.9)     # minimum L1 distance between shape and background colours
+RADIUS_RANGE = (0.21, 0.36)      # shape size, as a fraction of the image side
+CONTRAST_RANGE = (0.15, 1.2)     # L1 distance between the shape's colour and the mean background colour
 MAX_DISTRACTORS = 2              # small blobs and strokes besides the shape
 DISTRACTOR_RADIUS = (0.01, 0.03)
-OCCLUDER_PROBABILITY = 0.3       # a stroke across the shape
+OCCLUDER_PROBABILITY = 0.4       # a stroke across the shape
+OCCLUDER_WIDTH = (0.02, 0.09)
 NOISE_RANGE = (0.0, 0.12)        # per-pixel Gaussian noise sigma
 
 
@@ -99,6 +100,16 @@ def _contrasting_colour(rng: np.random.Generator, against: np.ndarray, min_dista
     return 1.0 - against
 
 
+def _colour_at_contrast(rng: np.random.Generator, against: np.ndarray, distance: float) -> np.ndarray:
+    """A random colour at L1 `distance` from `against`, so that low-contrast shapes really occur
+    (a uniformly random colour is almost always far from the background)."""
+    weights = rng.dirichlet(np.ones(3)) * distance
+    up = rng.uniform(0, 1, 3) < 0.5
+    up = np.where(up & (against + weights > 1), False, up)
+    up = np.where(~up & (against - weights < 0), True, up)
+    return np.clip(against + np.where(up, weights, -weights), 0, 1)
+
+
 def make_scene(split: str, index: int) -> Scene:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r} (expected one of {', '.join(SPLITS)})")
@@ -111,7 +122,7 @@ def make_scene(split: str, index: int) -> Scene:
     center = (float(rng.uniform(margin, 1 - margin)), float(rng.uniform(margin, 1 - margin)))
     bg0 = rng.uniform(0, 1, 3)
     bg1 = np.clip(bg0 + rng.normal(0, 0.25, 3), 0, 1)
-    fg = _contrasting_colour(rng, (bg0 + bg1) / 2, rng.uniform(*CONTRAST_RANGE))
+    fg = _colour_at_contrast(rng, (bg0 + bg1) / 2, rng.uniform(*CONTRAST_RANGE))
     texture = rng.uniform(0, 1, (int(rng.integers(3, 9)),) * 2)
     distractors = []
     for _ in range(int(rng.integers(0, MAX_DISTRACTORS + 1))):
@@ -124,7 +135,7 @@ def make_scene(split: str, index: int) -> Scene:
         x0, y0 = center[0] + rng.normal(0, radius), center[1] + rng.normal(0, radius)
         a = rng.uniform(0, np.pi)
         occluder = (x0 - np.cos(a), y0 - np.sin(a), x0 + np.cos(a), y0 + np.sin(a),
-                    float(rng.uniform(0.02, 0.06)), tuple(bg1 if rng.uniform() < 0.5 else rng.uniform(0, 1, 3)))
+                    float(rng.uniform(*OCCLUDER_WIDTH)), tuple(bg1 if rng.uniform() < 0.5 else rng.uniform(0, 1, 3)))
     return Scene(label, center, radius, float(rng.uniform(0, 2 * np.pi)), float(rng.uniform(0.8, 1.2)),
                  tuple(fg), (tuple(bg0), tuple(bg1)), texture, tuple(distractors), occluder,
                  float(rng.uniform(*NOISE_RANGE)), _seed(split, index, "noise"))
