@@ -104,7 +104,9 @@ class BenchmarkRecord:
     run_id: str | None = None
     timestamp: str | None = None
     model_info: dict = field(default_factory=dict)
-    compilation_ms: dict = field(default_factory=lambda: {"without_cache": None, "with_cache": None})
+    compilation_ms: dict = field(default_factory=lambda: {"without_cache": None, "save_to_cache": None,
+                                                          "with_cache": None})
+    compilation_cache: dict | None = None
     first_inference_ms: float | None = None
     latency: Any = None
     driver_time: dict | None = None
@@ -204,7 +206,7 @@ def validate_record(d: Any) -> None:
     for name in ("first_inference_ms", "peak_rss_bytes"):
         _check_number(d, name)
     for name in ("latency", "accuracy", "driver_time", "partition", "run_length", "compilation_ms",
-                 "model_info", "seeds", "config"):
+                 "compilation_cache", "model_info", "seeds", "config"):
         if d.get(name) is not None and not isinstance(d.get(name), dict):
             raise _bad(f"field {name!r} must be an object or null, got {type(d.get(name)).__name__}")
     latency = d.get("latency")
@@ -479,7 +481,8 @@ class ResultsWriter:
 LEADING_COLUMNS = ("run_id", "timestamp", "kind", "model", "driver", "mode", "preference", "status",
                    "message", "latency.p50_ms", "latency.mean_ms", "latency.p90_ms", "latency.p99_ms",
                    "latency.throughput_per_s", "first_inference_ms", "compilation_ms.without_cache",
-                   "compilation_ms.with_cache", "accuracy.top1_accuracy", "accuracy.top5_accuracy",
+                   "compilation_ms.save_to_cache", "compilation_ms.with_cache", "compilation_cache.size_bytes",
+                   "accuracy.top1_accuracy", "accuracy.top5_accuracy",
                    "accuracy.top1_agreement", "accuracy.cts_pass", "accuracy.max_abs_error",
                    "accuracy.mse", "peak_rss_bytes")
 

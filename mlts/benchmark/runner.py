@@ -2,11 +2,12 @@
 
 Per case (model x driver x mode): check what the driver supports (a driver that cannot run the whole
 model is `unsupported`, and, with partitioning allowed, also runs partitioned with nnapi-reference
-taking the rest), compile (timed; again from the cache where the driver caches), time inferences
-under the run-length rules, then score the driver's outputs on held-out images against the
-nnapi-reference outputs (computed once per model and cached in the run directory) and against the
-labels. Each finished case is appended to results.jsonl at once, so a killed run keeps it; a case
-that fails becomes an `error` record and the run goes on.
+taking the rest), compile (timed without cache; where a driver caches, also timed saving to an empty
+cache and preparing from it, with the cache's size), time inferences under the run-length rules,
+then score the driver's outputs on held-out images against the nnapi-reference outputs (computed
+once per model and cached in the run directory) and against the labels. Each finished case is
+appended to results.jsonl at once, so a killed run keeps it; a case that fails becomes an `error`
+record and the run goes on.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import numpy as np
 
 from mlts.runtime import (Burst, Compilation, DurationCode, Execution, MltsError, OperandCode, Preference,
                           ResultCode)
+from mlts.runtime.compilation_cache import cache_files_needed, cache_size_bytes
 from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
 from mlts.runtime.enums import NO_TIMING
 
@@ -796,15 +798,19 @@ class _ModelRun:
         c.finish()
         return c, (time.perf_counter() - t) * 1000.0
 
-    def _cache_compile_ms(self, devices: list) -> float | None:
-        """Compilation time from the driver's cache (populated by one compilation first), when it caches."""
-        if len(devices) != 1 or devices[0].driver.get_number_of_cache_files_needed() == (0, 0):
+    def _cache_measurements(self, devices: list) -> tuple[dict, dict] | None:
+        """As MLTS: a compilation that saves to an empty cache, then one that prepares from it, and the
+        cache's size; None when no device of the case caches. Returns (compilation_ms fields, cache)."""
+        if all(cache_files_needed(d) == (0, 0) for d in devices):
             return None
-        token = hashlib.sha256(f"mlts-benchmark/{self.name}/{devices[0].name}".encode()).digest()
+        token = hashlib.sha256(f"mlts-benchmark/{self.name}/{'+'.join(d.name for d in devices)}".encode()).digest()
         with tempfile.TemporaryDirectory(prefix="mlts-cache-") as d:
-            self._compile(devices, (d, token))
-            _, ms = self._compile(devices, (d, token))
-        return ms
+            saving, save_ms = self._compile(devices, (d, token))
+            size = cache_size_bytes(saving.cache_reports)
+            loading, load_ms = self._compile(devices, (d, token))
+        cache = {"status": loading.cache_status, "saved": saving.cache_status, "size_bytes": size,
+                 "prepared_from_cache": loading.cache_status == "prepared-from-cache"}
+        return {"save_to_cache": save_ms, "with_cache": load_ms}, cache
 
     def _measure_case(self, rec: BenchmarkRecord, devices: list, mode: str) -> None:
         """Fill `rec` with compilation, latency, driver timing, partition and accuracy; a failing stage
@@ -813,11 +819,13 @@ class _ModelRun:
         infer = None
         try:
             compilation, compile_ms = _stage("compiling", lambda: self._compile(devices))
-            rec.compilation_ms = {"without_cache": compile_ms, "with_cache": None}
+            rec.compilation_ms = {"without_cache": compile_ms, "save_to_cache": None, "with_cache": None}
             rec.partition = partition_info(compilation)
             if cfg.compile_with_cache:
-                rec.compilation_ms["with_cache"] = _stage("compiling from the cache",
-                                                          lambda: self._cache_compile_ms(devices))
+                cached = _stage("compiling with the cache", lambda: self._cache_measurements(devices))
+                if cached is not None:
+                    rec.compilation_ms.update(cached[0])
+                    rec.compilation_cache = cached[1]
             infer = _stage("starting the execution",
                            lambda: _Inference(compilation, mode, cfg.measure_timing, cfg.timeout_s))
             x = self.timing_input

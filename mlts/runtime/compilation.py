@@ -1,7 +1,6 @@
 """Compilation (ANeuralNetworksCompilation): partition a finished model and prepare it on drivers."""
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 from typing import Any, Sequence
@@ -10,11 +9,10 @@ from . import vlog
 from .enums import DeviceType, Preference, Priority, ResultCode
 from .errors import MltsError, bad_data, bad_state
 from .execution_plan import ExecutionPlan, Step, log as plan_log, partition
-from .hal import CacheHandles, HalModel, PreparedModel, deadline_from_timeout
+from .compilation_cache import CACHE_TOKEN_BYTES, CacheReport, prepare_with_cache, summary_status
+from .hal import HalModel, PreparedModel, deadline_from_timeout
 from .manager import Device, check_device_list, devices as all_devices
 from .model import Model
-
-CACHE_TOKEN_BYTES = 32  # ANEURALNETWORKS_BYTE_SIZE_OF_CACHE_TOKEN
 
 
 class Compilation:
@@ -34,6 +32,7 @@ class Compilation:
         self.timeout_ns: int | None = None
         self.cache_dir: str | None = None
         self.cache_token: bytes | None = None
+        self.cache_reports: list[CacheReport] = []  # one per preparation: what compilation caching did
         self.finished = False
         self.plan: ExecutionPlan | None = None
         self.plan_log: list[str] = []
@@ -58,11 +57,11 @@ class Compilation:
             raise bad_data(f"set_preference: invalid preference {preference!r}") from None
 
     def set_priority(self, priority: Priority) -> None:
+        """Relative to this client's other compilations: honoured by each device's queue (mlts.runtime.qos)."""
         self._check_not_finished("set_priority")
-        try:
-            self.priority = Priority(priority)
-        except (ValueError, TypeError):
-            raise bad_data(f"set_priority: invalid priority {priority!r} (LOW=90, MEDIUM=100, HIGH=110)") from None
+        from .qos import check_priority
+
+        self.priority = check_priority(priority, "set_priority")
 
     def set_timeout(self, duration_ns: int) -> None:
         """Preparation deadline; only for a compilation of exactly one explicit device (as NNAPI)."""
@@ -120,6 +119,7 @@ class Compilation:
                         f"the whole model falls back to {cpu.name}")
                 plan_log.info(line)
                 plan.log_lines.append(line)
+                self.cache_reports.clear()  # the steps prepared so far are dropped
                 whole = Step(0, cpu, -1, list(range(len(hal.main.operations))), hal,
                              list(hal.main.input_indexes), list(hal.main.output_indexes))
                 whole.prepared = self._prepare(cpu, hal, deadline, "whole")
@@ -131,22 +131,16 @@ class Compilation:
             vlog.log("compilation", f"compiled into {len(plan.steps)} step(s): "
                                     + ", ".join(s.device.name for s in plan.steps))
 
-    def _cache_handles(self, device: Device, part: str) -> CacheHandles | None:
-        """Cache files of one partition: the token is derived per device and per partition (as NNAPI does)."""
-        if self.cache_dir is None:
-            return None
-        n_model, n_data = device.driver.get_number_of_cache_files_needed()
-        if n_model == 0 and n_data == 0:
-            return None
-        token = hashlib.sha256(self.cache_token + device.name.encode() + b"/" + part.encode()).digest()
-        stem = os.path.join(self.cache_dir, token.hex())
-        return CacheHandles(tuple(f"{stem}.model{k}" for k in range(n_model)),
-                            tuple(f"{stem}.data{k}" for k in range(n_data)), token)
+    @property
+    def cache_status(self) -> str:
+        """What compilation caching did: "prepared-from-cache", "saved", "not-saved", "mixed", "unsupported"
+        or "disabled" (see compilation_cache.CacheStatus); per preparation in `cache_reports`."""
+        return summary_status(self.cache_reports)
 
     def _prepare(self, device: Device, model: HalModel, deadline: float | None, part: str) -> PreparedModel:
         try:
-            prepared = device.driver.prepare_model(model, self.preference, self.priority, deadline,
-                                                   self._cache_handles(device, part))
+            prepared = prepare_with_cache(device, model, self.preference, self.priority, deadline, self.cache_dir,
+                                          self.cache_token, part, self.cache_reports)
         except MltsError:
             raise
         except Exception as e:  # the runtime must survive any driver

@@ -81,7 +81,7 @@ class PreparedGraph:
             if impl is None:
                 raise MltsError(ResultCode.OP_FAILED, f"operation {j} ({op.type.name}) has no CPU kernel")
             results = self.run_operation(j, op, impl, subgraph, values, deadline=deadline,
-                                         loop_timeout_ns=loop_timeout_ns)
+                                         loop_timeout_ns=loop_timeout_ns, checkpoint=checkpoint)
             for o, r in zip(op.outputs, results):
                 values[o] = r
             for i in op.inputs:
@@ -94,7 +94,8 @@ class PreparedGraph:
         return [values[i] for i in subgraph.output_indexes]
 
     def run_operation(self, j: int, op, impl, subgraph: Subgraph, values: dict[int, Any], *,
-                      deadline: float | None, loop_timeout_ns: int | None) -> list[np.ndarray]:
+                      deadline: float | None, loop_timeout_ns: int | None,
+                      checkpoint: Callable[[], None] | None = None) -> list[np.ndarray]:
         in_types: list[OperandType | None] = []
         in_values: list[Any] = []
         for i in op.inputs:
@@ -119,6 +120,7 @@ class PreparedGraph:
         ctx.executor = self
         ctx.deadline = deadline
         ctx.loop_timeout_ns = loop_timeout_ns
+        ctx.checkpoint = checkpoint  # control flow passes it on to the subgraphs it runs
         where = f"operation {j} ({op.type.name})"
         try:
             shapes = impl.prepare(ctx)

@@ -7,8 +7,10 @@ carrying intermediate tensors between devices, and applies NNAPI's CPU fallback 
 from __future__ import annotations
 
 import numbers
+import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -24,7 +26,10 @@ from .hal import (NO_TIMING_INFO, BurstContext, CallTiming, DataLocation, Execut
                   Request, RequestArgument, Timing, deadline_from_timeout)
 from .hal_validation import effective_type
 from .memory import Memory
+from . import memory_domains
 from .operand_type import OperandType
+from .sync_fence import SyncFence, wait_all
+from . import qos
 
 NO_FALLBACK_CODES = {ResultCode.OUTPUT_INSUFFICIENT_SIZE, ResultCode.MISSED_DEADLINE_TRANSIENT,
                      ResultCode.MISSED_DEADLINE_PERSISTENT}
@@ -43,29 +48,73 @@ class _Binding:
 
 
 class Event:
-    """Completion of an asynchronous execution; any thread may wait on it."""
+    """Completion of an asynchronous execution; any thread may wait on it. Backed by a sync fence (an
+    eventfd or a pipe), so it can be exported as a file descriptor and one can be imported as an Event
+    (ANeuralNetworksEvent_getSyncFenceFd / ANeuralNetworksEvent_createFromSyncFenceFd)."""
 
-    def __init__(self) -> None:
-        self._done = threading.Event()
+    def __init__(self, _fence: SyncFence | None = None) -> None:
+        self._fence = _fence if _fence is not None else SyncFence()
         self._error: MltsError | None = None
+        self._finalizer = weakref.finalize(self, self._fence.close)
+
+    @classmethod
+    def from_sync_fence_fd(cls, fd: int) -> "Event":
+        """An Event signalled when `fd` becomes readable; `fd` is duplicated, so the caller keeps its own."""
+        if isinstance(fd, bool) or not isinstance(fd, int) or fd < 0:
+            raise bad_data(f"Event.from_sync_fence_fd: expected a file descriptor, got {fd!r}")
+        try:
+            own = os.dup(fd)
+        except OSError as e:
+            raise bad_data(f"Event.from_sync_fence_fd: {fd} is not an open file descriptor ({e.strerror})") from None
+        return cls(SyncFence.adopt(own))
+
+    def get_sync_fence_fd(self) -> int:
+        """A new descriptor on this event's fence (readable once signalled); the caller must close it."""
+        if self._fence.closed:
+            raise bad_state("get_sync_fence_fd: the event has been freed")
+        try:
+            return self._fence.dup()
+        except OSError as e:
+            raise MltsError(ResultCode.OP_FAILED, f"get_sync_fence_fd: cannot duplicate the fence: {e}") from None
 
     def _signal(self, error: MltsError | None = None) -> None:
         self._error = error
-        self._done.set()
+        self._fence.signal(ok=error is None)
+
+    def _failure(self) -> MltsError | None:
+        """After the fence signalled: the execution's error; an imported fence signalled with an error is OP_FAILED."""
+        if self._error is not None:
+            return self._error
+        if self._fence.imported and not self._fence.peek_status():
+            return MltsError(ResultCode.OP_FAILED, "the sync fence was signalled with an error")
+        return None
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until done; raises the execution's MltsError if it failed."""
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
                                     or not timeout >= 0):
             raise bad_data(f"Event.wait: timeout must be a non-negative number of seconds or None, got {timeout!r}")
-        if not self._done.wait(timeout):
+        if self._fence.closed:
+            raise bad_state("Event.wait: the event has been freed")
+        try:
+            signalled = self._fence.wait(timeout)
+        except OSError as e:
+            raise MltsError(ResultCode.OP_FAILED, f"Event.wait: {e}") from None
+        if not signalled:
             raise MltsError(ResultCode.MISSED_DEADLINE_TRANSIENT, "event not signalled within the wait timeout")
-        if self._error is not None:
-            raise self._error
+        error = self._failure()
+        if error is not None:
+            raise error
 
     @property
     def is_signalled(self) -> bool:
-        return self._done.is_set()
+        return not self._fence.closed and self._fence.is_signalled
+
+    def free(self) -> None:
+        """Release the fence now (ANeuralNetworksEvent_free) rather than at garbage collection."""
+        self._finalizer()
+
+    close = free
 
 
 class Burst:
@@ -171,6 +220,11 @@ class Execution:
         i = self._index(index, len(self._in_types), "set_input_from_memory")
         if not isinstance(memory, Memory):
             raise bad_data(f"set_input_from_memory({i}): expected a Memory")
+        if memory.validator is not None:  # created from a MemoryDesc: its roles only, whole
+            self._inputs[i] = _Binding(memory, *memory_domains.bind(
+                memory, self.compilation, "input", i, self._in_types[i], operand_type, offset, length,
+                f"set_input_from_memory({i})"))
+            return
         memory.check_region(offset, length, f"set_input_from_memory({i})")
         t = self._effective(self._in_types[i], operand_type, None, f"set_input_from_memory({i})")
         if t.is_fully_specified or t.is_scalar:
@@ -202,6 +256,11 @@ class Execution:
         i = self._index(index, len(self._out_types), "set_output_from_memory")
         if not isinstance(memory, Memory):
             raise bad_data(f"set_output_from_memory({i}): expected a Memory")
+        if memory.validator is not None:  # created from a MemoryDesc: its roles only, whole
+            self._outputs[i] = _Binding(memory, *memory_domains.bind(
+                memory, self.compilation, "output", i, self._out_types[i], operand_type, offset, length,
+                f"set_output_from_memory({i})"))
+            return
         memory.check_region(offset, length, f"set_output_from_memory({i})", for_write=True)
         t = self._effective(self._out_types[i], operand_type, None, f"set_output_from_memory({i})")
         if t.is_fully_specified and length < t.byte_size():
@@ -279,17 +338,20 @@ class Execution:
             raise bad_data("start_compute_with_dependencies: timeout must be a non-negative int of nanoseconds")
         if timeout_ns and not self.compilation.is_single_explicit_device:
             raise bad_data("start_compute_with_dependencies: a timeout needs a single-device compilation")
+        if any(e._fence.closed for e in deps):
+            raise bad_data("start_compute_with_dependencies: a dependency Event has been freed")
+        launched = time.perf_counter_ns()
         self._begin("start_compute_with_dependencies")
+        call_deadline = deadline_from_timeout(self._timeout_ns)  # set_timeout counts from the call (as NNAPI)
         event = Event()
 
         def work() -> None:
             try:
-                for dep in deps:
-                    dep.wait()
-                launched = time.perf_counter_ns()
-                self._run(None, deadline_override=deadline_from_timeout(timeout_ns or None))
-                fenced = (time.perf_counter_ns() - launched) // 1000
-                self._fenced_timing = Timing(fenced, fenced)
+                _wait_for_dependencies(deps)
+                fenced = time.perf_counter_ns()
+                deadlines = [d for d in (call_deadline, deadline_from_timeout(timeout_ns or None)) if d is not None]
+                self._run(None, deadline_override=min(deadlines) if deadlines else None)
+                self._set_fenced_timing(launched, fenced, time.perf_counter_ns())
                 event._signal()
             except MltsError as e:
                 with self._lock:
@@ -299,12 +361,25 @@ class Execution:
         threading.Thread(target=work, name="mlts-fenced-execution", daemon=True).start()
         return event
 
+    def _set_fenced_timing(self, launched_ns: int, fenced_ns: int, done_ns: int) -> None:
+        """timingLaunched (call to signal) and timingFenced (dependencies signalled to signal), as NNAPI's
+        IFencedExecutionCallback: the on-device time is the driver's; the in-driver times are measured
+        here, where the fence is waited on and signalled (only when the driver reports timing)."""
+        device, in_driver = self._timing.time_on_device, self._timing.time_in_driver
+        if in_driver == NO_TIMING:
+            self._fenced_timing = Timing(device, NO_TIMING)
+            return
+        floor = 0 if device == NO_TIMING else device
+        self._timing = Timing(device, max((done_ns - launched_ns) // 1000, in_driver, floor))
+        self._fenced_timing = Timing(device, max((done_ns - fenced_ns) // 1000, floor))
+
     def _begin(self, call: str) -> None:
         with self._lock:
             self._check_preparation(call)
             for k, b in enumerate(self._inputs):
                 if b is None:
                     raise bad_data(f"{call}: input {k} is not set")
+                _domain_input(b, f"{call}: input {k}")  # memory from a MemoryDesc: written, dims agree
             self._state = "computing"
             self._output_shapes = None
             self._timing = Timing()
@@ -401,6 +476,29 @@ class Execution:
                             "device": None if on_device == NO_TIMING else int(on_device)})
 
 
+def _wait_for_dependencies(deps: Sequence[Event]) -> None:
+    """Wait on the dependencies' sync fences; a dependency that failed fails the execution (OP_FAILED)."""
+    try:
+        wait_all([d._fence.fileno() for d in deps], None)
+    except (OSError, ValueError) as e:
+        raise MltsError(ResultCode.OP_FAILED, f"start_compute_with_dependencies: waiting on the dependencies "
+                                              f"failed: {e}") from None
+    for k, dep in enumerate(deps):
+        failure = dep._failure()
+        if failure is not None:
+            raise MltsError(ResultCode.OP_FAILED, f"start_compute_with_dependencies: dependency {k} failed "
+                                                  f"({failure.code.name}: {failure.message})")
+
+
+def _domain_input(binding: _Binding, call: str) -> _Binding:
+    """An input bound to memory from a MemoryDesc, with the dimensions its memory now holds (OP_FAILED when
+    it holds nothing yet, or other dimensions than the execution's); other bindings as they are."""
+    if binding.omitted or binding.memory is None or binding.memory.validator is None:
+        return binding
+    dims = memory_domains.input_dimensions(binding.memory, binding.dimensions, call)
+    return _Binding(binding.memory, 0, binding.memory.size, dims)
+
+
 def _as_array(value: Any, t: OperandType, what: str) -> np.ndarray:
     if isinstance(value, np.ndarray):
         if value.dtype != t.dtype:
@@ -429,9 +527,11 @@ class _Runner:
         main = hal.main
         values: dict[int, np.ndarray | None] = {}
         for operand_index, binding, t in zip(main.input_indexes, ex._inputs, ex._in_types):
-            values[operand_index] = None if binding.omitted else binding
+            values[operand_index] = None if binding.omitted else _domain_input(binding, "compute")
         try:
             for step in self.plan.steps:
+                if step is not self.plan.steps[0]:
+                    self._partition_checkpoint(step)
                 self._run_step(step, values)
         except MltsError as e:
             on_cpu_already = self.plan.is_simple and self.plan.steps[0].device.name == self.comp.cpu_device.name
@@ -450,12 +550,21 @@ class _Runner:
         shapes = []
         for k, operand_index in enumerate(main.output_indexes):
             v = values[operand_index]
-            shapes.append(OutputShape(tuple(v.shape), True))
+            shapes.append(OutputShape(tuple(v.dimensions if isinstance(v, _Binding) else v.shape), True))
             binding = ex._outputs[k]
             ex._results[k] = v if binding is None or binding.array is not None else None
         ex._output_shapes = shapes
+        memory_domains.finish_outputs(ex._outputs, shapes, ok=True)  # memories from MemoryDescs: written
+
+    def _partition_checkpoint(self, step: Step) -> None:
+        """Between partitions: a run past its deadline stops here (each driver call is also re-admitted by
+        its device's priority queue, which is where a lower-priority run yields)."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise MltsError(ResultCode.MISSED_DEADLINE_TRANSIENT,
+                            f"the deadline passed before step {step.index} ({step.device.name})")
 
     def _finish_error(self, e: MltsError) -> MltsError:
+        memory_domains.finish_outputs(self.ex._outputs, None, ok=False)  # as NNAPI: uninitialized again
         if e.code == ResultCode.OUTPUT_INSUFFICIENT_SIZE and e.output_shapes is not None:
             self.ex._output_shapes = [OutputShape(tuple(s.dimensions), s.is_sufficient) for s in e.output_shapes]
         return e
@@ -518,7 +627,13 @@ class _Runner:
                     mem = Memory.wrap_array(buf, writable=True)
                     outputs.append(RequestArgument(False, location(mem, 0, buf.nbytes), ()))
             request = Request(tuple(inputs), tuple(outputs), tuple(pools))
-            result = self._send(step, prepared, request, use_burst)
+            driver_pools = memory_domains.DriverPools(prepared)  # device memories: tokens or staged copies
+            try:
+                result = self._send(step, prepared, driver_pools.convert(request), use_burst)
+                if result.status == ResultCode.NO_ERROR:
+                    driver_pools.write_back(result.output_shapes)
+            finally:
+                driver_pools.close()
             if result.status == ResultCode.OUTPUT_INSUFFICIENT_SIZE and result.output_shapes:
                 # Runtime-owned buffers grow to the reported shapes; application buffers are the user's to grow.
                 if len(result.output_shapes) != len(out_specs):
@@ -541,6 +656,9 @@ class _Runner:
             ex._timing = result.timing
         for (operand_index, t, binding), buf, shape in zip(out_specs, buffers, result.output_shapes):
             dims = _reported_dims(shape, t)
+            if isinstance(buf, _Binding) and memory_domains.is_device_memory(buf.memory) and dims is not None:
+                values[operand_index] = _Binding(buf.memory, 0, _byte_count(t, dims), dims)  # stays in the driver
+                continue
             capacity = buf.length if isinstance(buf, _Binding) else buf.nbytes
             if dims is None or _byte_count(t, dims) > capacity:
                 raise MltsError(ResultCode.OP_FAILED, f"{step.device.name} reported success with output shape "
@@ -581,7 +699,13 @@ class _Runner:
 
     def _send(self, step: Step, prepared: PreparedModel, request: Request, use_burst: bool) -> ExecutionResult:
         started = time.perf_counter_ns()
-        result = self._call_driver(step, prepared, request, use_burst)
+        device = step.device if prepared is step.prepared else self.comp.cpu_device  # else: CPU fallback
+        try:  # the per-client priority queue in front of the driver (mlts.runtime.qos)
+            with qos.admitted(qos.queue_for(device), self.comp.priority, self.deadline,
+                              f"execution {id(self.ex):#x} step {step.index}"):
+                result = self._call_driver(step, prepared, request, use_burst)
+        except MltsError as e:  # refused by the queue (busy, or the deadline passed while waiting)
+            result = ExecutionResult(e.code, [], message=e.message)
         self.ex._record_call(step, prepared, result, time.perf_counter_ns() - started)
         return result
 

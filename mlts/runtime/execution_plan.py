@@ -16,6 +16,7 @@ from .enums import OperandCode, OperandLifetime, OperationCode, Preference
 from .errors import MltsError, bad_data
 from .hal import HalModel, HalOperand, PerformanceInfo, PreparedModel, Subgraph
 from .manager import Device
+from .ops.control_flow import with_reachable_subgraphs_only
 
 log = logging.getLogger("mlts.ExecutionPlan")
 
@@ -153,7 +154,9 @@ def build_step_model(model: HalModel, positions: list[int], external_consumers: 
     sub = Subgraph(tuple(operands), new_ops, tuple(remap[i] for i in inputs), tuple(remap[o] for o in outputs))
     step_model = HalModel(sub, model.referenced, model.operand_values, model.pools,
                           model.relax_computation_float32_to_float16)
-    return step_model, inputs, outputs
+    # An IF/WHILE step carries the subgraphs it references (their constants live in the shared values
+    # and pools); a step without control flow carries none.
+    return with_reachable_subgraphs_only(step_model), inputs, outputs
 
 
 def partition(model: HalModel, devices: list[Device], preference: Preference, cpu: Device | None) -> ExecutionPlan:

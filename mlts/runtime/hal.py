@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 from .enums import (DeviceType, FeatureLevel, NO_TIMING, OperandCode, OperandLifetime, OperationCode,
                     Preference, Priority, ResultCode)
@@ -52,7 +52,7 @@ class Capabilities:
 @dataclass(frozen=True)
 class DataLocation:
     """Where a value lives: pool_index -1 means the model's operand_values blob (CONSTANT_COPY);
-    for SUBGRAPH operands `offset` is the index into the referenced subgraphs."""
+    for SUBGRAPH operands `offset` is the subgraph's index in (main, *referenced), so 1 or more."""
 
     pool_index: int
     offset: int
@@ -102,10 +102,18 @@ class RequestArgument:
 
 
 @dataclass(frozen=True)
+class BufferToken:
+    """A request pool naming a driver-allocated buffer (NNAPI's Request.MemoryPool token) instead of
+    memory; arguments in it use offset 0 and length 0 (the whole buffer)."""
+
+    token: int
+
+
+@dataclass(frozen=True)
 class Request:
     inputs: tuple[RequestArgument, ...]
     outputs: tuple[RequestArgument, ...]
-    pools: tuple[Memory, ...]
+    pools: tuple[Memory | BufferToken, ...]
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,46 @@ class CacheHandles:
     model_cache: tuple[str, ...]
     data_cache: tuple[str, ...]
     token: bytes
+
+
+# -- memory domains (driver-allocated buffers) ----------------------------------------------------
+@dataclass(frozen=True)
+class BufferDesc:
+    """What the buffer must hold beyond its roles: dimensions, () = as the roles say (0 = unknown)."""
+
+    dimensions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class BufferRole:
+    """One use of a buffer: input or output `io_index` of `prepared_models[model_index]`."""
+
+    model_index: int
+    io_index: int
+    frequency: float
+
+
+class DeviceBuffer(abc.ABC):
+    """A driver-allocated opaque buffer (NNAPI's IBuffer); its contents move only through these calls."""
+
+    @abc.abstractmethod
+    def copy_to(self, dst: Memory) -> None:
+        """Copy the whole (initialized) buffer into `dst`, which must have exactly its byte size."""
+
+    @abc.abstractmethod
+    def copy_from(self, src: Memory, dimensions: tuple[int, ...]) -> None:
+        """Fill the buffer from all of `src`, with `dimensions` completing unknown ones."""
+
+    def free(self) -> None:
+        """Release the buffer and its token (also done when the runtime's memory is freed)."""
+
+
+@dataclass(frozen=True)
+class AllocatedBuffer:
+    """Driver.allocate's answer: the buffer object and the token requests name it by (> 0)."""
+
+    buffer: DeviceBuffer
+    token: int
 
 
 def deadline_from_timeout(timeout_ns: int | None) -> float | None:
@@ -252,9 +300,10 @@ class Driver(abc.ABC):
 
         raise MltsError(ResultCode.OP_FAILED, f"{self.name} does not support compilation caching")
 
-    def allocate(self, desc: Any, prepared_models: Sequence[PreparedModel], input_roles: Any,
-                 output_roles: Any) -> Any:
-        """Memory domains: allocate a driver-managed buffer; drivers without domains refuse."""
+    def allocate(self, desc: BufferDesc, prepared_models: Sequence[PreparedModel],
+                 input_roles: Sequence[BufferRole], output_roles: Sequence[BufferRole]) -> AllocatedBuffer:
+        """Memory domains: allocate an opaque buffer for these roles on models this driver prepared.
+        Drivers without domains refuse (OP_FAILED), and the runtime falls back to shared memory."""
         from .errors import MltsError
 
         raise MltsError(ResultCode.OP_FAILED, f"{self.name} does not support memory domains")

@@ -11,10 +11,10 @@ import numpy as np
 
 from .enums import OperandCode, OperandLifetime, OperationCode
 from .errors import MltsError, bad_data
-from .hal import HalModel, Request, Subgraph
+from .hal import BufferToken, HalModel, Request, Subgraph
 from .memory import Memory
 from .operand_type import OperandType, validate_operand_type
-from .ops import OperationContext, ValueUnknown, get_operation
+from .ops import OperationContext, SubgraphSignature, ValueUnknown, get_operation
 
 
 def validate_hal_model(model: HalModel) -> None:
@@ -24,6 +24,7 @@ def validate_hal_model(model: HalModel) -> None:
         if not isinstance(pool, Memory) or pool.closed:
             raise bad_data(f"model pool {p} is not a usable memory")
     subgraphs = (model.main, *model.referenced)
+    _check_no_reference_cycle(model)
     for s, subgraph in enumerate(subgraphs):
         _validate_subgraph(model, subgraph, s, len(subgraphs))
 
@@ -120,6 +121,8 @@ def _validate_operation(model: HalModel, sg: Subgraph, j: int) -> None:
         in_types.append(operand.type)
         if operand.lifetime in (OperandLifetime.CONSTANT_COPY, OperandLifetime.CONSTANT_REFERENCE):
             values.append(constant_array(model, operand.type, operand.location))
+        elif operand.lifetime == OperandLifetime.SUBGRAPH:
+            values.append(_subgraph_signature(model, operand.location.offset))
         else:
             values.append(None)
     ctx = OperationContext(op_index=j, code=op.type, input_types=in_types,
@@ -135,8 +138,44 @@ def _validate_operation(model: HalModel, sg: Subgraph, j: int) -> None:
         raise bad_data(f"operation {j} ({op.type.name}): validation failed: {e}") from None
 
 
-def validate_request(request: Request, model: HalModel) -> list[OperandType]:
-    """Check a request against the model; returns the effective type (with dims) of each input."""
+def _subgraph_signature(model: HalModel, index: int) -> SubgraphSignature:
+    """What IF/WHILE validation checks a referenced subgraph against (its input and output types)."""
+    try:  # the referenced subgraph itself may not have been validated yet
+        sg = model.referenced[index - 1]
+        return SubgraphSignature(tuple(sg.operands[i].type for i in sg.input_indexes),
+                                 tuple(sg.operands[i].type for i in sg.output_indexes), index=index)
+    except (IndexError, TypeError, AttributeError):
+        raise bad_data(f"subgraph {index}: malformed input or output indexes") from None
+
+
+def _check_no_reference_cycle(model: HalModel) -> None:
+    """Subgraphs may not reference themselves, directly or not (a run would never end)."""
+    subgraphs = (model.main, *model.referenced)
+    edges = [{o.location.offset for o in sg.operands if o.lifetime == OperandLifetime.SUBGRAPH
+              and getattr(o.location, "offset", None) in range(len(subgraphs))} for sg in subgraphs]
+    state = [0] * len(subgraphs)  # 0 unvisited, 1 on the current path, 2 done
+
+    def visit(s: int) -> None:
+        state[s] = 1
+        for t in edges[s]:
+            if state[t] == 1:
+                raise bad_data(f"subgraph {t} references itself through subgraph {s}")
+            if state[t] == 0:
+                visit(t)
+        state[s] = 2
+
+    for s in range(len(subgraphs)):
+        if state[s] == 0:
+            visit(s)
+
+
+def validate_request(request: Request, model: HalModel, *, accept_tokens: bool = False) -> list[OperandType]:
+    """Check a request against the model; returns the effective type (with dims) of each input.
+
+    Pools naming driver-allocated buffers (BufferToken) are accepted only by drivers with memory
+    domains (`accept_tokens`); their arguments must use offset 0 and length 0, and the dimensions of
+    such an input are the buffer's, checked by the driver's buffer tracker (so may be unknown here).
+    """
     if not isinstance(request, Request):
         raise bad_data(f"expected a Request, got {type(request).__name__}")
     sg = model.main
@@ -145,6 +184,10 @@ def validate_request(request: Request, model: HalModel) -> list[OperandType]:
     if len(request.outputs) != len(sg.output_indexes):
         raise bad_data(f"request has {len(request.outputs)} outputs, model has {len(sg.output_indexes)}")
     for p, pool in enumerate(request.pools):
+        if isinstance(pool, BufferToken) and accept_tokens:
+            if isinstance(pool.token, bool) or not isinstance(pool.token, int) or pool.token <= 0:
+                raise bad_data(f"request pool {p}: invalid buffer token {pool.token!r}")
+            continue
         if not isinstance(pool, Memory) or pool.closed:
             raise bad_data(f"request pool {p} is not a usable memory")
     types = []
@@ -161,6 +204,13 @@ def validate_request(request: Request, model: HalModel) -> list[OperandType]:
             loc = arg.location
             if loc is None or not 0 <= loc.pool_index < len(request.pools):
                 raise bad_data(f"{what} {k}: location refers to a pool that does not exist")
+            if isinstance(request.pools[loc.pool_index], BufferToken):
+                if loc.offset != 0 or loc.length != 0:
+                    raise bad_data(f"{what} {k}: a driver-allocated buffer is used whole (offset 0, length 0), "
+                                   f"got offset {loc.offset}, length {loc.length}")
+                if what == "input":
+                    types.append(t)
+                continue
             request.pools[loc.pool_index].check_region(loc.offset, loc.length, f"{what} {k}",
                                                        for_write=(what == "output"))
             if what == "input":

@@ -25,6 +25,8 @@ class Memory:
 
     _ids = 0
     _ids_lock = threading.Lock()
+    #: memories created from a MemoryDesc carry its role and initialization checks (memory_desc.py)
+    validator: Any = None
 
     def __init__(self, buffer: Any, size: int, *, kind: str, readable: bool = True, writable: bool = True,
                  fd: int | None = None, mapping: mmap.mmap | None = None, name: str = "", owner: Any = None,
@@ -112,6 +114,21 @@ class Memory:
             return memory
         finally:
             os.close(fd)
+
+    @classmethod
+    def create_from_desc(cls, desc: Any) -> "Memory":
+        """ANeuralNetworksMemory_createFromDesc: a driver-allocated buffer for the descriptor's roles, or
+        shared memory when no single driver can allocate it (see memory_domains.py)."""
+        from .memory_domains import create_from_desc
+
+        return create_from_desc(desc)
+
+    @staticmethod
+    def copy(src: "Memory", dst: "Memory") -> None:
+        """ANeuralNetworksMemory_copy: the whole contents of `src` into `dst` (same logical size)."""
+        from .memory_domains import copy
+
+        copy(src, dst)
 
     @classmethod
     def wrap_array(cls, array: np.ndarray, *, writable: bool) -> "Memory":

@@ -18,7 +18,7 @@ from .errors import MltsError, bad_data, bad_state
 from .hal import DataLocation, HalModel, HalOperand, HalOperation, Subgraph
 from .memory import Memory
 from .operand_type import OperandType, SymmPerChannelQuantParams, validate_operand_type
-from .ops import OperationContext, ValueUnknown, get_operation
+from .ops import OperationContext, SubgraphSignature, ValueUnknown, get_operation
 
 MAX_OPERANDS = 2**32 - 1
 
@@ -316,6 +316,8 @@ class Model:
     def _constant_value(self, index: int) -> Any:
         rec = self._operands[index]
         t = rec.type
+        if rec.lifetime == OperandLifetime.SUBGRAPH:
+            return rec.value.signature()  # what control flow checks its branches and bodies against
         if rec.lifetime == OperandLifetime.CONSTANT_COPY or (
                 rec.lifetime == OperandLifetime.CONSTANT_REFERENCE and isinstance(rec.value, memoryview)):
             shape = t.dimensions if t.is_tensor else ()
@@ -384,6 +386,12 @@ class Model:
     @property
     def finished(self) -> bool:
         return self._finished
+
+    def signature(self) -> SubgraphSignature:
+        """This finished model as an IF/WHILE operation of another model sees it."""
+        return SubgraphSignature(tuple(self._operands[i].type for i in self._inputs),
+                                 tuple(self._operands[o].type for o in self._outputs),
+                                 tuple(self._inferred.get(o, self._operands[o].type) for o in self._outputs))
 
     def hal_model(self) -> HalModel:
         """The model as drivers receive it (operations in run order, constants in pools)."""

@@ -17,7 +17,10 @@ def full_record(**kw):
     r = BenchmarkRecord(model="mobilenet_v2_1.0_224_quant", driver="sample-all", mode="burst",
                         preference="SUSTAINED_SPEED", devices=["sample-all", "nnapi-reference"],
                         model_info={"family": "mobilenet_v2", "quantization": "uint8", "input_shape": [1, 224, 224, 3]},
-                        compilation_ms={"without_cache": 120.5, "with_cache": 12.25}, first_inference_ms=9.5,
+                        compilation_ms={"without_cache": 120.5, "save_to_cache": 131.0, "with_cache": 12.25},
+                        compilation_cache={"status": "prepared-from-cache", "saved": "saved", "size_bytes": 4096,
+                                           "prepared_from_cache": True},
+                        first_inference_ms=9.5,
                         latency=latency_stats([0.004, 0.005, 0.006]),
                         driver_time={"in_driver_ms": {"p50_ms": 4.0, "mean_ms": 4.1},
                                      "on_device_ms": {"p50_ms": 3.5, "mean_ms": 3.6}},
@@ -62,6 +65,7 @@ def test_unknown_fields_survive_and_values_become_plain_json():
     ({"latency": None}, "latency"),
     ({"latency": {"count": 3}}, "latency.min_ms"),
     ({"accuracy": [1, 2]}, "accuracy"),
+    ({"compilation_cache": 4096}, "compilation_cache"),
     ({"peak_rss_bytes": "big"}, "peak_rss_bytes"),
     ({"kind": None}, "kind"),
 ])
@@ -213,6 +217,10 @@ def test_csv_has_flat_columns(tmp_path):
     assert list(frame.columns[:8]) == ["run_id", "timestamp", "kind", "model", "driver", "mode", "preference",
                                        "status"]
     assert frame.loc[0, "latency.p50_ms"] == pytest.approx(5.0)
+    cache_columns = ["compilation_ms.without_cache", "compilation_ms.save_to_cache", "compilation_ms.with_cache",
+                     "compilation_cache.size_bytes"]
+    assert [c for c in frame.columns if c in cache_columns] == cache_columns  # among the leading columns
+    assert frame.loc[0, "compilation_cache.size_bytes"] == 4096 and frame.loc[0, "compilation_ms.save_to_cache"] == 131
     assert json.loads(frame.loc[0, "latency.histogram.counts"]) == [1, 2]
     assert json.loads(frame.loc[1, "unsupported_ops"]) == ["LSTM", "RNN"]
     assert frame.loc[2, "outcome"] == "CRASH"

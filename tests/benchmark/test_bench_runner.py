@@ -11,8 +11,8 @@ import pytest
 from mlts.benchmark import runner as R
 from mlts.benchmark.records import BenchmarkRecord, read_results
 from mlts.benchmark.stats import RunLengthRules
-from mlts.runtime import MltsError, ResultCode, devices, register_driver, unregister_driver
-from mlts.runtime.drivers import faulty
+from mlts.runtime import Capabilities, MltsError, ResultCode, devices, register_driver, unregister_driver
+from mlts.runtime.drivers import KernelDriver, faulty
 from mlts.runtime.drivers.sample import sample_drivers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
@@ -145,6 +145,38 @@ def test_errors_are_recorded_and_the_run_goes_on(tiny_zoo, register, tmp_path):
     assert wrong["status"] == "ok" and wrong["accuracy"]["cts_pass"] is False
     assert wrong["accuracy"]["max_abs_error"] > 0 and wrong["accuracy"]["top1_agreement"] < 1.0
     assert recs[(TINY, "sample-all", "sync")]["status"] == "ok"  # after the failures
+
+
+class _NoCacheDriver(KernelDriver):
+    """Every operation, but no compilation caching (a driver that needs no cache files)."""
+
+    def get_number_of_cache_files_needed(self):
+        return (0, 0)
+
+
+def test_compilation_with_and_without_the_cache_as_mlts_reports_it(tiny_zoo, register, tmp_path):
+    from mlts.models.mobilenet import weight_shapes
+
+    register(_sample("sample-all"), _NoCacheDriver("bench-no-cache", Capabilities.uniform(2.0, 2.0)))
+    R.run_benchmark_config(_config([REF, "sample-all", "bench-no-cache"], images=0), tmp_path / "run", stream=None)
+    recs = _records(tmp_path / "run")
+    parameters = sum(int(np.prod(s)) for s in weight_shapes(tiny_zoo.family, tiny_zoo.alpha).values())
+    for driver in (REF, "sample-all"):
+        r = recs[(TINY, driver, "sync")]
+        BenchmarkRecord.from_dict(r)
+        ms = r["compilation_ms"]
+        assert r["status"] == "ok" and ms["without_cache"] > 0 and ms["save_to_cache"] > 0 and ms["with_cache"] > 0
+        cache = r["compilation_cache"]
+        assert cache["status"] == "prepared-from-cache" and cache["prepared_from_cache"] is True
+        assert cache["saved"] == "saved"
+        assert cache["size_bytes"] >= 4 * parameters  # every float32 weight is in the data cache
+    none = recs[(TINY, "bench-no-cache", "sync")]
+    assert none["status"] == "ok" and none["compilation_ms"]["without_cache"] > 0
+    assert none["compilation_ms"]["save_to_cache"] is None and none["compilation_ms"]["with_cache"] is None
+    assert none["compilation_cache"] is None
+    R.run_benchmark_config(_config([REF], images=0, compile_with_cache=False), tmp_path / "off", stream=None)
+    off = _records(tmp_path / "off")[(TINY, REF, "sync")]
+    assert off["compilation_ms"]["with_cache"] is None and off["compilation_cache"] is None
 
 
 def test_a_hanging_driver_service_misses_its_deadline_and_the_run_goes_on(tiny_zoo, register, tmp_path):

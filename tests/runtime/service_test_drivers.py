@@ -15,11 +15,13 @@ from mlts.runtime import Capabilities, DeviceType, OperationCode
 from mlts.runtime.drivers import KernelDriver, KernelPreparedModel
 
 
-def kernel_driver(name: str, exec_time: float = 0.5, operations: Iterable[int] | None = None) -> KernelDriver:
-    """The reference kernels under another name, declared faster than nnapi-reference (so preferred)."""
+def kernel_driver(name: str, exec_time: float = 0.5, operations: Iterable[int] | None = None,
+                  memory_domains: bool = True) -> KernelDriver:
+    """The reference kernels under another name, declared faster than nnapi-reference (so preferred);
+    `memory_domains=False`: a driver that cannot allocate device buffers."""
     ops = None if operations is None else [OperationCode(o) for o in operations]
     return KernelDriver(name, Capabilities.uniform(exec_time, exec_time), device_type=DeviceType.ACCELERATOR,
-                        operations=ops)
+                        operations=ops, memory_domains=memory_domains)
 
 
 def two_drivers() -> list[KernelDriver]:

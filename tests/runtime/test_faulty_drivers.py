@@ -55,8 +55,10 @@ def compiled(model, devices=None) -> Compilation:
 # -- specs ---------------------------------------------------------------------------------------------
 def test_every_fault_of_the_issue_is_a_spec():
     assert set(fault_specs()) == {
-        "crash@prepare", "crash@execute", "hang@prepare", "hang@execute", "fail@prepare", "wrong-small@execute",
-        "wrong-large@execute", "slow@execute", "leak@execute", "unsupported@execute", "dynamic-shape@execute"}
+        "crash@prepare", "crash@execute", "hang@prepare", "hang@execute", "fail@prepare", "stale-cache@prepare",
+        "wrong-small@execute", "wrong-large@execute", "slow@execute", "leak@execute", "unsupported@execute",
+        "dynamic-shape@execute", "ignores-deadline@execute",
+        "wrong-branch@control-flow", "accepts-foreign-token@memory"}
     names = [create(s).name for s in fault_specs()]
     assert len(set(names)) == len(names)
     assert create("faulty:crash@execute").name == "faulty-crash-execute"

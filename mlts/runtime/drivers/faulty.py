@@ -8,6 +8,9 @@ right) that injects exactly one fault, chosen by a spec `<fault>@<stage>[?option
     hang@prepare         prepare_model blocks (sleeps) for `seconds` (default: forever)
     hang@execute         prepares fine; every execution blocks for `seconds` (default: forever)
     fail@prepare         prepare_model fails with OP_FAILED
+    stale-cache@prepare  caches compilations like a healthy driver, but prepares from its cache files
+                         without checking them (token, driver, versions, checksums): a foreign or
+                         corrupt cache is used as it is, and gives wrong results
     wrong-small@execute  every output element moved by s * (1e-3 * |x| + 1e-4) (floats) or by s * 4
                          steps (integer and quantized types; moved the other way where s would leave
                          the type's range); s = +-1 per element, drawn from `seed` (default 0);
@@ -17,6 +20,10 @@ right) that injects exactly one fault, chosen by a spec `<fault>@<stage>[?option
     slow@execute         right results, `factor` (default 10) x the kernels' own time: sleeps
                          (factor - 1) x the measured compute time; reported timings scaled alike
     leak@execute         right results; keeps `mb` (default 8) MiB of written memory per execution
+    ignores-deadline@execute
+                         right results, but the execution's deadline is ignored: never refused nor
+                         aborted, and a run with a deadline finishes `late` (default 0.2) seconds
+                         after it and still reports NO_ERROR (a healthy driver reports MISSED_DEADLINE_*)
     unsupported@execute  claims every operation (even those without a kernel); executing a
                          partition with an operation of type `op` (default `*`: any) or without a
                          kernel fails with OP_FAILED naming the operation
@@ -25,6 +32,13 @@ right) that injects exactly one fault, chosen by a spec `<fault>@<stage>[?option
                          dimension doubled (`mode=insufficient`, default), or NO_ERROR with every
                          output's shape given one extra dimension (`mode=wrong`: the runtime must
                          reject the shapes)
+    wrong-branch@control-flow
+                         claims control flow like a healthy driver, but every IF runs its else
+                         model when the condition is true and its then model when it is false
+    accepts-foreign-token@memory
+                         allocates device buffers like a healthy driver, but serves a request naming
+                         any of its buffers by token without checking the buffer's roles: another
+                         client's (or another model's) buffer is read and written
 
 "small" is beyond the float32 conformance tolerance of SPEC section 3 (1e-5 + 6e-7 |x|) and the
 whole-MobileNet quantized tolerance (3 steps), but within the float16/relaxed tolerance (4.9e-3) and
@@ -56,6 +70,8 @@ from ..hal import (CacheHandles, Capabilities, ExecutionResult, HalModel, Output
                    Timing)
 from ..hal_validation import validate_hal_model
 from ..ops import get_operation
+from .cache_files import load_for_driver
+from .device_buffers import RequestBuffers
 from .kernel_driver import KernelDriver, run_request
 
 PREFIX = "faulty:"
@@ -71,12 +87,16 @@ FAULTS: dict[tuple[str, str], dict[str, tuple[Any, Any]]] = {
     ("hang", "prepare"): {"seconds": (float, math.inf)},
     ("hang", "execute"): {"seconds": (float, math.inf)},
     ("fail", "prepare"): {},
+    ("stale-cache", "prepare"): {},
     ("wrong-small", "execute"): _SEED,
     ("wrong-large", "execute"): _SEED,
     ("slow", "execute"): {"factor": (float, 10.0)},
     ("leak", "execute"): {"mb": (float, 8.0)},
+    ("ignores-deadline", "execute"): {"late": (float, 0.2)},
     ("unsupported", "execute"): {"op": (str, "*")},
     ("dynamic-shape", "execute"): {"mode": (str, "insufficient")},
+    ("wrong-branch", "control-flow"): {},
+    ("accepts-foreign-token", "memory"): {},
 }
 _CHOICES = {"mode": ("insufficient", "wrong")}
 
@@ -117,7 +137,7 @@ def _bad_spec(spec: str, why: str) -> MltsError:
     return MltsError(ResultCode.BAD_DATA, f"fault spec {spec!r}: {why}; valid faults: "
                                           + ", ".join(PREFIX + s for s in fault_specs())
                                           + f" (or {PREFIX}all), with options after '?' "
-                                            "(seed, seconds, factor, mb, op, mode; see mlts.runtime.drivers.faulty)")
+                                            "(seed, seconds, factor, mb, op, mode, late; see mlts.runtime.drivers.faulty)")
 
 
 def parse_spec(spec: str) -> FaultSpec:
@@ -234,7 +254,29 @@ class FaultyDriver(KernelDriver):
                 graph = None  # an operation without a kernel: fails at execution, as claimed
             return FaultyPreparedModel(self, model, graph)
         prepared = super().prepare_model(model, preference, priority, deadline, cache)
+        if fault == "wrong-branch":
+            return FaultyPreparedModel(self, model, PreparedGraph(swap_if_branches(model)))
         return FaultyPreparedModel(self, model, prepared.graph)
+
+    def prepare_model_from_cache(self, deadline: float | None, cache: CacheHandles) -> PreparedModel:
+        """The cached model goes through prepare_model (without handles), so that every fault of this
+        driver strikes a cached compilation as it strikes a fresh one; stale-cache skips the cache checks."""
+        model = load_for_driver(self, deadline, cache, verify=self.spec.fault != "stale-cache")
+        return self.prepare_model(model, Preference.FAST_SINGLE_ANSWER, Priority.MEDIUM, deadline, None)
+
+
+def swap_if_branches(model: HalModel) -> HalModel:
+    """The wrong-branch fault: every IF (in any subgraph) with its then and else models exchanged.
+    Both branches have the same signature, so the model stays valid; only the choice is wrong."""
+    import dataclasses
+
+    def swapped(sg):
+        ops = tuple(dataclasses.replace(op, inputs=(op.inputs[0], op.inputs[2], op.inputs[1], *op.inputs[3:]))
+                    if op.type == OperationCode.IF else op for op in sg.operations)
+        return dataclasses.replace(sg, operations=ops)
+
+    return dataclasses.replace(model, main=swapped(model.main),
+                               referenced=tuple(swapped(sg) for sg in model.referenced))
 
 
 class FaultyPreparedModel(PreparedModel):
@@ -260,8 +302,11 @@ class FaultyPreparedModel(PreparedModel):
                     return ExecutionResult(ResultCode.OP_FAILED, [], message=f"{failing} failed: claimed as "
                                                                              f"supported, but it is not")
         assert self.graph is not None
+        if spec.fault == "ignores-deadline":
+            return self._past_deadline(request, measure, deadline, loop_timeout_ns)
         started = time.perf_counter()
-        result = run_request(self.graph, request, measure, deadline, loop_timeout_ns, d.name)
+        result = run_request(self.graph, request, measure, deadline, loop_timeout_ns, d.name,
+                             device_buffers=self._device_buffers())
         elapsed = time.perf_counter() - started
         if result.status != ResultCode.NO_ERROR or spec.stage != "execute":
             return result
@@ -269,6 +314,22 @@ class FaultyPreparedModel(PreparedModel):
             return self._inject(request, result, elapsed)
         except Exception as e:  # a bug here must look like a driver failure, never escape
             return ExecutionResult(ResultCode.OP_FAILED, [], message=f"{d.name}: {type(e).__name__}: {e}")
+
+    def _device_buffers(self) -> RequestBuffers | None:
+        """Memory domains as the kernel driver serves them; accepts-foreign-token skips the role checks."""
+        if self.driver.buffer_tracker is None:
+            return None
+        return RequestBuffers(self.driver.buffer_tracker, self,
+                              check_roles=self.driver.spec.fault != "accepts-foreign-token")
+
+    def _past_deadline(self, request: Request, measure: bool, deadline: float | None,
+                       loop_timeout_ns: int) -> ExecutionResult:
+        """ignores-deadline: compute without the deadline, then finish `late` s after it, claiming success."""
+        result = run_request(self.graph, request, measure, None, loop_timeout_ns, self.driver.name)
+        if deadline is not None and result.status == ResultCode.NO_ERROR:
+            late = float(self.driver.spec.option("late"))
+            time.sleep(max(0.0, deadline + late - time.monotonic()))
+        return result
 
     def _failing_operation(self, op: str) -> str | None:
         for j, operation in enumerate(self.model.main.operations):
@@ -344,4 +405,4 @@ def _note(line: str) -> None:
 
 
 __all__ = ["FAULTS", "FaultSpec", "FaultyDriver", "FaultyPreparedModel", "create", "create_all", "fault_specs",
-           "parse_spec", "perturb"]
+           "parse_spec", "perturb", "swap_if_branches"]

@@ -10,25 +10,35 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from .. import vlog
+from .. import qos, vlog
 from ..cpu_executor import ExecutionAborted, PreparedGraph
 from ..enums import DeviceType, NO_TIMING, OperandCode, OperationCode, Preference, Priority, ResultCode
 from ..errors import MltsError
-from ..hal import (CacheHandles, Capabilities, Driver, ExecutionResult, HalModel, OutputShape, PreparedModel,
-                   Request, Timing)
+from ..hal import (AllocatedBuffer, BufferDesc, BufferRole, CacheHandles, Capabilities, Driver, ExecutionResult,
+                   HalModel, OutputShape, PreparedModel, Request, Timing)
 from ..hal_validation import validate_hal_model, validate_request
 from ..ops import get_operation
+from ..ops.control_flow import supported_operations
+from .cache_files import load_for_driver, save_for_driver
+from .device_buffers import BufferTracker, RequestBuffers, allocate_buffer
 
 
 class KernelDriver(Driver):
     """A driver that runs the registry's kernels on the CPU, possibly for a subset of operations."""
 
+    #: memory for a prepared model's constants; a model that needs more can never fit
+    #: (RESOURCE_EXHAUSTED_PERSISTENT). None: no limit.
+    max_model_bytes: int | None = None
+
     def __init__(self, name: str, capabilities: Capabilities, *, version: str = "1.0",
                  device_type: DeviceType = DeviceType.CPU,
                  operations: Iterable[OperationCode] | None = None,
                  operand_types: Iterable[OperandCode] | None = None,
-                 accepts: Callable[[OperationCode, OperandCode | None], bool] | None = None) -> None:
+                 accepts: Callable[[OperationCode, OperandCode | None], bool] | None = None,
+                 memory_domains: bool = True) -> None:
         self.name = name
+        #: memory domains: buffers this driver allocated, by token (None: allocate refuses, see hal.Driver)
+        self.buffer_tracker = BufferTracker() if memory_domains else None
         self.version = version
         self.device_type = device_type
         self._capabilities = capabilities
@@ -53,24 +63,45 @@ class KernelDriver(Driver):
 
     def get_supported_operations(self, model: HalModel) -> list[bool]:
         validate_hal_model(model)
-        sg = model.main
-        result = []
-        for op in sg.operations:
-            primary = sg.operands[op.inputs[0]].type.code if op.inputs else None
-            result.append(self.supports(op.type, primary))
-        return result
+        return supported_operations(model, self.supports)  # IF/WHILE: only with all they reference
 
     def prepare_model(self, model: HalModel, preference: Preference, priority: Priority,
                       deadline: float | None, cache: CacheHandles | None) -> PreparedModel:
         validate_hal_model(model)
-        if deadline is not None and time.monotonic() > deadline:
-            raise MltsError(ResultCode.MISSED_DEADLINE_PERSISTENT, f"{self.name}: preparation deadline already passed")
+        started = qos.check_preparation(self, model, deadline)  # MISSED_DEADLINE_* / RESOURCE_EXHAUSTED_PERSISTENT
         supported = self.get_supported_operations(model)
         if not all(supported):
             bad = [f"{j} ({op.type.name})" for j, (op, ok) in enumerate(zip(model.main.operations, supported)) if not ok]
             raise MltsError(ResultCode.BAD_DATA, f"{self.name} does not support operations {', '.join(bad)}")
         vlog.log("driver", f"{self.name}: preparing {len(model.main.operations)} operations")
-        return KernelPreparedModel(self, model)
+        prepared = KernelPreparedModel(self, model)
+        qos.record_preparation(self, model, started)
+        if cache is not None:
+            save_for_driver(self, model, cache)
+        return prepared
+
+    def allocate(self, desc: BufferDesc, prepared_models, input_roles: list[BufferRole],
+                 output_roles: list[BufferRole]) -> AllocatedBuffer:
+        """Memory domains: a buffer kept in this driver for roles on models it prepared (device_buffers.py)."""
+        tracker = getattr(self, "buffer_tracker", None)
+        if tracker is None:
+            return super().allocate(desc, prepared_models, input_roles, output_roles)
+        return allocate_buffer(self.name, tracker, desc, prepared_models, input_roles, output_roles,
+                               lambda p: p.model if getattr(p, "driver", None) is self else None)
+
+    def request_buffers(self, prepared: PreparedModel) -> RequestBuffers | None:
+        """How `prepared` finds the buffers a request names by token (None: requests may name none)."""
+        tracker = getattr(self, "buffer_tracker", None)
+        return None if tracker is None else RequestBuffers(tracker, prepared)
+
+    def get_number_of_cache_files_needed(self) -> tuple[int, int]:
+        """One model-cache file (the model's structure) and one data-cache file (its constants)."""
+        return (1, 1)
+
+    def prepare_model_from_cache(self, deadline: float | None, cache: CacheHandles) -> PreparedModel:
+        """The model this driver cached, without re-validating it or re-checking its support: the cache's
+        checks (driver, version, token, checksums) prove it is a model this driver already accepted."""
+        return KernelPreparedModel(self, load_for_driver(self, deadline, cache))
 
 
 class KernelPreparedModel(PreparedModel):
@@ -78,37 +109,59 @@ class KernelPreparedModel(PreparedModel):
         self.driver = driver
         self.model = model
         self.graph = PreparedGraph(model)
+        self.estimate = qos.RunTimeEstimate()  # recent run times: the deadline predictor
 
     def execute_synchronously(self, request: Request, measure: bool, deadline: float | None,
                               loop_timeout_ns: int) -> ExecutionResult:
-        return run_request(self.graph, request, measure, deadline, loop_timeout_ns, self.driver.name)
+        # Refused before starting when the deadline will be missed; checkpoints between operations
+        # abort a run that will miss it and let the runtime's queue pre-empt it (mlts.runtime.qos).
+        return qos.predicted_run(self.estimate, self.driver, len(self.model.main.operations), deadline,
+                                 self.driver.name, lambda checkpoint: run_request(
+                                     self.graph, request, measure, deadline, loop_timeout_ns, self.driver.name,
+                                     checkpoint, device_buffers=self.driver.request_buffers(self)))
 
 
 def run_request(graph: PreparedGraph, request: Request, measure: bool, deadline: float | None,
-                loop_timeout_ns: int, driver_name: str, checkpoint=None) -> ExecutionResult:
-    """Serve one request on a prepared graph: read inputs from pools, run, write outputs to pools."""
+                loop_timeout_ns: int, driver_name: str, checkpoint=None,
+                device_buffers: RequestBuffers | None = None) -> ExecutionResult:
+    """Serve one request on a prepared graph: read inputs from pools, run, write outputs to pools.
+    With `device_buffers`, pools may also be tokens of buffers the driver allocated (memory domains)."""
     t_driver = time.perf_counter_ns()
     try:
-        in_types = validate_request(request, graph.model)
-        if deadline is not None and time.monotonic() > deadline:
-            return ExecutionResult(ResultCode.MISSED_DEADLINE_TRANSIENT, [], message="deadline already passed")
+        in_types = validate_request(request, graph.model, accept_tokens=device_buffers is not None)
+        buffers = device_buffers.resolve(request) if device_buffers is not None else None
+        if deadline is not None and time.monotonic() > deadline:  # as AOSP's sample driver: persistent
+            return ExecutionResult(ResultCode.MISSED_DEADLINE_PERSISTENT, [], message="deadline already passed")
         inputs = []
         for arg, t in zip(request.inputs, in_types):
             if t is None:
                 inputs.append(None)
+                continue
+            buffer = buffers.buffer(arg.location.pool_index) if buffers is not None else None
+            if buffer is not None:
+                inputs.append(buffer.read(t, f"input {len(inputs)}"))
                 continue
             pool = request.pools[arg.location.pool_index]
             inputs.append(pool.array(arg.location.offset, t.dtype, t.dimensions if t.is_tensor else ()))
         t_device = time.perf_counter_ns()
         outputs = graph.run(inputs, deadline=deadline, loop_timeout_ns=loop_timeout_ns, checkpoint=checkpoint)
         t_device = time.perf_counter_ns() - t_device
-        shapes = [OutputShape(tuple(o.shape), o.nbytes <= arg.location.length)
-                  for o, arg in zip(outputs, request.outputs)]
+        out_buffers = [buffers.buffer(arg.location.pool_index) if buffers is not None else None
+                       for arg in request.outputs]
+        shapes = [OutputShape(tuple(o.shape), o.nbytes <= arg.location.length if b is None else b.fits(o.shape))
+                  for o, arg, b in zip(outputs, request.outputs, out_buffers)]
+        if any(b is not None and not s.is_sufficient for b, s in zip(out_buffers, shapes)):
+            # as AOSP's sample driver: a device buffer of the wrong dimensions is a failure, not a resize
+            return ExecutionResult(ResultCode.OP_FAILED, [], message="an output's computed shape does not fit "
+                                                                     "the dimensions of its device buffer")
         if not all(s.is_sufficient for s in shapes):
             small = [k for k, s in enumerate(shapes) if not s.is_sufficient]
             return ExecutionResult(ResultCode.OUTPUT_INSUFFICIENT_SIZE, shapes,
                                    message=f"output buffers {small} are too small")
-        for o, arg in zip(outputs, request.outputs):
+        for k, (o, arg) in enumerate(zip(outputs, request.outputs)):
+            if out_buffers[k] is not None:
+                out_buffers[k].write(o, f"output {k}")
+                continue
             pool = request.pools[arg.location.pool_index]
             dest = pool.array(arg.location.offset, o.dtype, o.shape)
             np.copyto(dest, o, casting="no")

@@ -7,6 +7,7 @@ values) and, when the shapes are known, `prepare` (shape inference); the referen
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -20,6 +21,22 @@ Shape = tuple[int, ...]
 
 class ValueUnknown(Exception):
     """Raised inside `prepare` at model-build time when a needed shape/value is only known at run time."""
+
+
+@dataclass(frozen=True)
+class SubgraphSignature:
+    """What an operation sees of a MODEL operand (a control-flow branch, condition or body): the
+    referenced model's input and output types, the output types its own shape inference found, and
+    where an executor finds it (`index` into the HAL model's subgraphs; None while building a model)."""
+
+    input_types: tuple[OperandType, ...]
+    output_types: tuple[OperandType, ...]
+    inferred_output_types: tuple[OperandType, ...] | None = None
+    index: int | None = None
+
+    @property
+    def best_output_types(self) -> tuple[OperandType, ...]:
+        return self.inferred_output_types or self.output_types
 
 
 class OperationContext:

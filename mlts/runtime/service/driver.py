@@ -17,8 +17,9 @@ from typing import Any
 from .. import vlog
 from ..enums import DeviceType, Preference, Priority, ResultCode
 from ..errors import MltsError, bad_data
-from ..hal import (BurstContext, CacheHandles, CallTiming, Capabilities, Driver, ExecutionResult, HalModel,
-                   PreparedModel, Request)
+from ..hal import (AllocatedBuffer, BufferDesc, BurstContext, CacheHandles, CallTiming, Capabilities, DeviceBuffer,
+                   Driver, ExecutionResult, HalModel, PreparedModel, Request)
+from ..memory import Memory
 from .build import build_driver
 from .client import Connection
 from .pools import StagedPools, model_pools
@@ -144,6 +145,21 @@ class ServiceDriver(Driver):
         remote_id, _, _ = self._call(conn, "prepare_model_from_cache", (deadline, cache), deadline=deadline)
         return ServicePreparedModel(self, conn, remote_id)
 
+    def allocate(self, desc: BufferDesc, prepared_models, input_roles, output_roles) -> AllocatedBuffer:
+        """Memory domains: the service's driver allocates; the token is bound to this connection."""
+        models = list(prepared_models) if isinstance(prepared_models, (list, tuple)) else []
+        if not models or any(not isinstance(p, ServicePreparedModel) or p.driver is not self for p in models):
+            raise bad_data(f"{self.name}: allocate: the prepared models must be this driver's")
+        conn = models[0].conn
+        if any(p.conn is not conn for p in models) or conn.dead:
+            raise MltsError(ResultCode.DEAD_OBJECT, f"{self.name}: allocate: the models were prepared by a "
+                                                    f"service that is gone")
+        token, _, _ = self._call(conn, "allocate", (desc, [p.remote_id for p in models], list(input_roles),
+                                                    list(output_roles)))
+        if isinstance(token, bool) or not isinstance(token, int) or token <= 0:
+            raise MltsError(ResultCode.OP_FAILED, f"{self.name}: allocate returned an invalid token")
+        return AllocatedBuffer(ServiceBuffer(self.name, conn, token), token)
+
     def _call(self, conn: Connection, method: str, args: tuple, pools: list | tuple = (), *,
               deadline: float | None = None) -> tuple[Any, int, int]:
         try:
@@ -209,6 +225,40 @@ class ServiceBurstContext(BurstContext):
         if self._remote_id is not None:
             self.prepared.conn.release_later("burst", self._remote_id)  # type: ignore[attr-defined]
             self._remote_id = None
+
+
+class ServiceBuffer(DeviceBuffer):
+    """The client's handle on a buffer in the service; copies cross as memory pools (application arrays
+    are staged through shared memory); the service frees the buffer when this is freed or collected."""
+
+    def __init__(self, driver_name: str, conn: Connection, token: int) -> None:
+        self.driver_name, self.conn, self.token = driver_name, conn, token
+        self._finalizer = weakref.finalize(self, conn.release_later, "buffer", token)
+
+    def _copy(self, method: str, memory: Memory, args: tuple) -> None:
+        if not isinstance(memory, Memory):
+            raise bad_data(f"{self.driver_name}: {method}: expected a Memory, got {type(memory).__name__}")
+        staged = StagedPools([memory], self.conn.scratch)
+        ok = False
+        try:
+            self.conn.call(method, (self.token, *args), staged.pools)
+            ok = True
+        except MltsError as e:
+            raise MltsError(e.code, e.message if self.driver_name in e.message
+                            else f"{self.driver_name}: {method}: {e.message}") from None
+        finally:
+            if ok and method == "buffer_copy_to":
+                staged.copy_back()
+            staged.release(reusable=True)
+
+    def copy_to(self, dst: Memory) -> None:
+        self._copy("buffer_copy_to", dst, ())
+
+    def copy_from(self, src: Memory, dimensions: tuple[int, ...]) -> None:
+        self._copy("buffer_copy_from", src, (tuple(dimensions),))
+
+    def free(self) -> None:
+        self._finalizer()
 
 
 def run_remote(conn: Connection, method: str, remote_id: int, request: Request, measure: bool,

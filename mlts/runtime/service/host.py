@@ -17,9 +17,11 @@ import threading
 import time
 from typing import Any
 
-from ..enums import ResultCode
+from .. import qos
+from ..enums import Priority, ResultCode
+from ..compilation_cache import validate_cache_handles
 from ..errors import MltsError
-from ..hal import BurstContext, Driver, ExecutionResult, PreparedModel
+from ..hal import AllocatedBuffer, BufferToken, BurstContext, DeviceBuffer, Driver, ExecutionResult, PreparedModel
 from .build import build_driver
 from .channel import Channel, ChannelClosed
 from .pools import PoolCache
@@ -35,6 +37,8 @@ class Server:
         self.pools = PoolCache()
         self.prepared: dict[int, PreparedModel] = {}
         self.bursts: dict[int, BurstContext] = {}
+        self.buffers: dict[int, DeviceBuffer] = {}  # memory domains: tokens bound to this connection
+        self.priorities: dict[int, int] = {}  # prepared or burst id -> its model's priority (for the queue)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._workers = _Workers()
@@ -71,7 +75,14 @@ class Server:
         self.pools.forget(message.forget)
         for kind, remote_id in message.release:
             with self._lock:
-                obj = (self.prepared if kind == "prepared" else self.bursts).pop(remote_id, None)
+                table = {"prepared": self.prepared, "burst": self.bursts, "buffer": self.buffers}.get(kind, {})
+                obj = table.pop(remote_id, None)
+            if isinstance(obj, DeviceBuffer):
+                try:
+                    obj.free()
+                except Exception:  # nor a driver failing to free a buffer
+                    pass
+                self.priorities.pop(remote_id if kind == "prepared" else -remote_id, None)
             if isinstance(obj, BurstContext):
                 try:
                     obj.close()
@@ -137,16 +148,27 @@ class Server:
     def call_ping(self, pools: list) -> dict[str, int]:
         """Liveness, and what the service holds (leak checks)."""
         with self._lock:
-            return {"prepared": len(self.prepared), "bursts": len(self.bursts), "pools": len(self.pools)}
+            stats = {"prepared": len(self.prepared), "bursts": len(self.bursts), "pools": len(self.pools),
+                     "buffers": len(self.buffers)}
+        if self.driver is not None:  # this client's priority queue in front of the driver (mlts.runtime.qos)
+            stats["qos_yields"] = qos.queue_for(self.driver).stats()["yields"]
+        return stats
 
     def call_get_supported_operations(self, pools: list, model) -> list[bool]:
         return [bool(flag) for flag in self.driver.get_supported_operations(attach_pools(model, pools))]
 
     def call_prepare_model(self, pools: list, model, preference, priority, deadline, cache) -> int:
+        if cache is not None:
+            validate_cache_handles(cache, f"{self.name}: prepare_model")
+        priority = qos.check_priority(priority, f"{self.name}: prepare_model")
         prepared = self.driver.prepare_model(attach_pools(model, pools), preference, priority, deadline, cache)
-        return self._prepared_id(prepared, "prepare_model")
+        remote_id = self._prepared_id(prepared, "prepare_model")
+        self.priorities[remote_id] = priority
+        return remote_id
 
     def call_prepare_model_from_cache(self, pools: list, deadline, cache) -> int:
+        """Cache files cross as paths (client and service share the file system), checked here."""
+        validate_cache_handles(cache, f"{self.name}: prepare_model_from_cache")
         return self._prepared_id(self.driver.prepare_model_from_cache(deadline, cache), "prepare_model_from_cache")
 
     def _prepared_id(self, prepared: Any, call: str) -> int:
@@ -156,16 +178,68 @@ class Server:
 
     def call_execute(self, pools: list, prepared_id: int, request, measure: bool, deadline, loop_timeout_ns: int):
         prepared = self._lookup(self.prepared, prepared_id, "prepared model")
-        return _execute(self.name, prepared.execute_synchronously, attach_pools(request, pools), measure, deadline,
-                        loop_timeout_ns)
+        self._check_tokens(pools)
+        return self._queued(prepared_id, prepared.execute_synchronously, attach_pools(request, pools), measure,
+                            deadline, loop_timeout_ns)
 
     def call_burst_open(self, pools: list, prepared_id: int) -> int:
         prepared = self._lookup(self.prepared, prepared_id, "prepared model")
-        return self._register(self.bursts, prepared.configure_execution_burst())
+        burst_id = self._register(self.bursts, prepared.configure_execution_burst())
+        self.priorities[-burst_id] = self.priorities.get(prepared_id, Priority.MEDIUM)  # bursts: negative keys
+        return burst_id
 
     def call_burst_execute(self, pools: list, burst_id: int, request, measure: bool, deadline, loop_timeout_ns: int):
         burst = self._lookup(self.bursts, burst_id, "burst")
-        return _execute(self.name, burst.execute, attach_pools(request, pools), measure, deadline, loop_timeout_ns)
+        self._check_tokens(pools)
+        return self._queued(-burst_id, burst.execute, attach_pools(request, pools), measure, deadline,
+                            loop_timeout_ns)
+
+    def _queued(self, key: int, run, request, measure: bool, deadline, loop_timeout_ns: int) -> ExecutionResult:
+        """An execution through this client's priority queue: the priority came with prepare_model, and the
+        queue's checkpoint reaches in-process kernel drivers between operations."""
+        priority = self.priorities.get(key, Priority.MEDIUM)
+        try:
+            with qos.admitted(qos.queue_for(self.driver), priority, deadline, f"{self.name} #{key}"):
+                return _execute(self.name, run, request, measure, deadline, loop_timeout_ns)
+        except MltsError as e:  # refused by the queue: busy, or the deadline passed while waiting
+            return ExecutionResult(e.code, [], message=f"{self.name}: {e.message}")
+
+
+    # -- memory domains -------------------------------------------------------------------------------
+    def call_allocate(self, pools: list, desc, prepared_ids, input_roles, output_roles) -> int:
+        """Allocate a buffer on models this connection prepared; its token is usable by this connection only."""
+        if not isinstance(prepared_ids, (list, tuple)) or any(
+                isinstance(i, bool) or not isinstance(i, int) for i in prepared_ids):
+            raise MltsError(ResultCode.BAD_DATA, f"{self.name}: allocate: prepared models must be given by id")
+        models = [self._lookup(self.prepared, i, "prepared model") for i in prepared_ids]
+        allocated = self.driver.allocate(desc, models, input_roles, output_roles)
+        if not isinstance(allocated, AllocatedBuffer) or not isinstance(allocated.buffer, DeviceBuffer) \
+                or isinstance(allocated.token, bool) or not isinstance(allocated.token, int) or allocated.token <= 0:
+            raise MltsError(ResultCode.OP_FAILED, f"{self.name}: allocate returned no buffer and valid token")
+        with self._lock:
+            self.buffers[allocated.token] = allocated.buffer
+        return allocated.token
+
+    def _buffer(self, token: Any, pools: list, call: str) -> DeviceBuffer:
+        if len(pools) != 1:
+            raise MltsError(ResultCode.BAD_DATA, f"{self.name}: {call} takes exactly one memory")
+        return self._lookup(self.buffers, token, "buffer with the token")
+
+    def call_buffer_copy_to(self, pools: list, token: int) -> None:
+        self._buffer(token, pools, "copy_to").copy_to(pools[0])
+
+    def call_buffer_copy_from(self, pools: list, token: int, dimensions) -> None:
+        self._buffer(token, pools, "copy_from").copy_from(pools[0], dimensions)
+
+    def _check_tokens(self, pools: list) -> None:
+        """A request may name only buffers allocated through this connection (another client's are refused
+        here, before the driver sees them)."""
+        with self._lock:
+            foreign = [p for p, pool in enumerate(pools)
+                       if isinstance(pool, BufferToken) and pool.token not in self.buffers]
+        if foreign:
+            raise MltsError(ResultCode.BAD_DATA, f"{self.name}: request pools {foreign} name buffers not allocated "
+                                                 f"by this client")
 
 
 class _Workers:

@@ -16,6 +16,7 @@ from typing import Sequence
 
 from ..enums import ResultCode
 from ..errors import MltsError
+from ..hal import BufferToken
 from ..memory import PROT_READ, PROT_WRITE, Memory
 from .protocol import PoolRef
 
@@ -44,6 +45,9 @@ class PoolExporter:
         """Call under the channel's send order: a pool is marked sent by the message that carries its fd."""
         refs, fds = [], []
         for pool in pools:
+            if isinstance(pool, BufferToken):  # a driver-allocated buffer: only its token crosses
+                refs.append(pool)
+                continue
             offset = pool.file_offset if pool.kind == "file" else 0
             if pool.id in self._sent:
                 refs.append(PoolRef(pool.id, pool.size, offset, protection(pool)))
@@ -58,7 +62,7 @@ class PoolExporter:
     def unsend(self, refs: Sequence[PoolRef], forgotten: Sequence[int]) -> None:
         """Undo `refs` and `drain_forgotten` for a message that could not be sent after all."""
         for ref in refs:
-            if ref.fd_index >= 0:
+            if isinstance(ref, PoolRef) and ref.fd_index >= 0:
                 self._sent.discard(ref.pool_id)
         self._forgotten.extendleft(reversed(forgotten))
 
@@ -117,7 +121,7 @@ class StagedPools:
         self._staged: list[tuple[Memory, Memory]] = []
         try:
             for pool in pools:
-                if crossable(pool):
+                if isinstance(pool, BufferToken) or crossable(pool):
                     self.pools.append(pool)
                     continue
                 if pool.closed:
@@ -177,6 +181,9 @@ class PoolCache:
         try:
             out = []
             for ref in refs:
+                if isinstance(ref, BufferToken):
+                    out.append(ref)
+                    continue
                 if ref.fd_index >= 0:
                     try:
                         pool = Memory.from_fd(ref.size, ref.protect, fds[ref.fd_index], ref.offset)

@@ -15,7 +15,7 @@ from ..hal import Capabilities, HalModel, Request
 
 #: calls a client may make; "start" must come first and builds the driver
 METHODS = ("start", "get_supported_operations", "prepare_model", "prepare_model_from_cache", "execute",
-           "burst_open", "burst_execute", "ping", "shutdown")
+           "burst_open", "burst_execute", "allocate", "buffer_copy_to", "buffer_copy_from", "ping", "shutdown")
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Call:
     args: tuple = ()
     pools: tuple[PoolRef, ...] = ()
     forget: tuple[int, ...] = ()  # pool ids
-    release: tuple[tuple[str, int], ...] = ()  # ("prepared" | "burst", remote id)
+    release: tuple[tuple[str, int], ...] = ()  # ("prepared" | "burst" | "buffer", remote id or buffer token)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ needs is known at preparation: every tensor shape fully specified, every paramet
 filters, biases, shapes, axes) a constant, NHWC layout, and operand types it has kernels for
 (TENSOR_FLOAT32 and 8-bit asymmetric quantized, with per-channel filters). Everything else is
 reported unsupported, so the runtime gives it to another device (the reference) instead of the
-driver failing.
+driver failing. That includes control flow (IF, WHILE): the plan has no way to run a subgraph, so
+they fall to the reference or a sample driver.
 """
 from __future__ import annotations
 
