@@ -87,14 +87,7 @@ class TreeTracker:
                 pass
 
     def alive(self) -> list[psutil.Process]:
-        out = []
-        for p in self.seen.values():
-            try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    out.append(p)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
-        return out
+        return [p for p in self.seen.values() if _still_running(p)]
 
     def kill_all(self, timeout: float = 5.0) -> int:
         """SIGKILL every remembered descendant still alive; returns how many there were."""
@@ -105,9 +98,22 @@ class TreeTracker:
                 p.kill()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
-        if procs:
-            psutil.wait_procs(procs, timeout=timeout)
+        # Wait until each is dead. A killed orphan stays a zombie until init reaps it, which can take
+        # seconds in a container; psutil.wait_procs would wait for that, but a zombie is already dead.
+        end = time.monotonic() + timeout
+        pending = procs
+        while pending and time.monotonic() < end:
+            pending = [p for p in pending if _still_running(p)]
+            if pending:
+                time.sleep(0.01)
         return len(procs)
+
+
+def _still_running(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
 
 
 def _child_exit(pid: int) -> int | None:

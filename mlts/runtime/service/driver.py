@@ -105,8 +105,9 @@ class ServiceDriver(Driver):
         """Bytes, descriptors and messages through the current service's channel (for tests and reports)."""
         return self._conn.channel.stats()
 
-    def service_stats(self) -> dict[str, int]:
-        """What the service holds: prepared models, bursts, mapped pools (after the releases queued so far)."""
+    def service_stats(self) -> dict[str, object]:
+        """What the service holds: prepared models, bursts, mapped pools (after the releases queued so far),
+        and its priority queue's yields and finished runs."""
         value, _, _ = self._live("service_stats").call("ping")
         return dict(value)
 

@@ -145,13 +145,15 @@ class Server:
         self.driver = driver
         return description
 
-    def call_ping(self, pools: list) -> dict[str, int]:
+    def call_ping(self, pools: list) -> dict[str, object]:
         """Liveness, and what the service holds (leak checks)."""
         with self._lock:
             stats = {"prepared": len(self.prepared), "bursts": len(self.bursts), "pools": len(self.pools),
                      "buffers": len(self.buffers)}
         if self.driver is not None:  # this client's priority queue in front of the driver (mlts.runtime.qos)
-            stats["qos_yields"] = qos.queue_for(self.driver).stats()["yields"]
+            queue = qos.queue_for(self.driver).stats()
+            stats["qos_yields"] = queue["yields"]
+            stats["qos_finished"] = queue["finished"]  # labels "<device> #<id> <PRIORITY>", oldest first
         return stats
 
     def call_get_supported_operations(self, pools: list, model) -> list[bool]:
@@ -199,7 +201,8 @@ class Server:
         queue's checkpoint reaches in-process kernel drivers between operations."""
         priority = self.priorities.get(key, Priority.MEDIUM)
         try:
-            with qos.admitted(qos.queue_for(self.driver), priority, deadline, f"{self.name} #{key}"):
+            label = f"{self.name} #{key} {Priority(priority).name}"
+            with qos.admitted(qos.queue_for(self.driver), priority, deadline, label):
                 return _execute(self.name, run, request, measure, deadline, loop_timeout_ns)
         except MltsError as e:  # refused by the queue: busy, or the deadline passed while waiting
             return ExecutionResult(e.code, [], message=f"{self.name}: {e.message}")
