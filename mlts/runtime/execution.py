@@ -23,8 +23,8 @@ from .enums import (DEFAULT_LOOP_TIMEOUT_NS, MAXIMUM_LOOP_TIMEOUT_NS, NO_TIMING,
 from .errors import MltsError, bad_data, bad_state
 from .execution_plan import Step, log as plan_log
 from .hal import (NO_TIMING_INFO, BurstContext, CallTiming, DataLocation, ExecutionResult, OutputShape, PreparedModel,
-                  Request, RequestArgument, Timing, deadline_from_timeout)
-from .hal_validation import effective_type
+                  Request, RequestArgument, Timing, deadline_from_timeout, is_valid_timing)
+from .hal_validation import effective_type, validate_fence_fd
 from .memory import Memory
 from . import memory_domains
 from .operand_type import OperandType
@@ -60,8 +60,7 @@ class Event:
     @classmethod
     def from_sync_fence_fd(cls, fd: int) -> "Event":
         """An Event signalled when `fd` becomes readable; `fd` is duplicated, so the caller keeps its own."""
-        if isinstance(fd, bool) or not isinstance(fd, int) or fd < 0:
-            raise bad_data(f"Event.from_sync_fence_fd: expected a file descriptor, got {fd!r}")
+        fd = validate_fence_fd(fd, "Event.from_sync_fence_fd")  # the check every side of the HAL makes
         try:
             own = os.dup(fd)
         except OSError as e:
@@ -170,6 +169,7 @@ class Execution:
         self._output_shapes: list[OutputShape] | None = None
         self._timing = Timing()
         self._fenced_timing: Timing | None = None  # set only by a fenced execution
+        self._driver_fenced_timing: Timing | None = None  # the driver's timingFenced, when it reported one
         self._results: list[np.ndarray | None] = [None] * len(self._out_types)
         self._calls: list[dict] = []  # per driver call: where its time went (get_timing_breakdown)
         self._wall_ns = 0
@@ -327,7 +327,16 @@ class Execution:
             burst._busy.release()
 
     def start_compute_with_dependencies(self, dependencies: Sequence[Event], timeout_ns: int = 0) -> Event:
-        """Fenced execution: waits for `dependencies`, then runs; returns the completion Event."""
+        """Fenced execution: waits for `dependencies`, then runs; returns the completion Event.
+
+        The runtime waits for the dependencies' fences itself, before the run asks its device's priority
+        queue (mlts.runtime.qos) for a turn: a run waiting on fences must never hold the device queue, or a
+        high-priority run waiting for a lower-priority run's fence would keep that run from being
+        admitted, and neither would ever finish. A single-step plan then goes through the driver's
+        execute_fenced with the (signalled) fences and `timeout_ns` as its timeout after the fences, so
+        that the driver's fenced execution is what runs and is checked; partitioned plans and CPU
+        fallback run as start_compute does.
+        """
         if isinstance(dependencies, Event) or not hasattr(dependencies, "__iter__"):
             raise bad_data(f"start_compute_with_dependencies: dependencies must be a sequence of Events, "
                            f"got {dependencies!r}")
@@ -341,22 +350,30 @@ class Execution:
         if any(e._fence.closed for e in deps):
             raise bad_data("start_compute_with_dependencies: a dependency Event has been freed")
         launched = time.perf_counter_ns()
-        self._begin("start_compute_with_dependencies")
+        fences = _dup_fences(deps)  # this execution's own descriptors: a dependency freed meanwhile cannot matter
+        try:
+            self._begin("start_compute_with_dependencies")
+        except BaseException:
+            _close_fds(fences)
+            raise
         call_deadline = deadline_from_timeout(self._timeout_ns)  # set_timeout counts from the call (as NNAPI)
         event = Event()
 
         def work() -> None:
             try:
-                _wait_for_dependencies(deps)
+                _wait_for_dependencies(deps, fences)  # before any queue admission: see the docstring
                 fenced = time.perf_counter_ns()
                 deadlines = [d for d in (call_deadline, deadline_from_timeout(timeout_ns or None)) if d is not None]
-                self._run(None, deadline_override=min(deadlines) if deadlines else None)
+                self._run(None, deadline_override=min(deadlines) if deadlines else None,
+                          fenced=(fences, timeout_ns or None))
                 self._set_fenced_timing(launched, fenced, time.perf_counter_ns())
                 event._signal()
             except MltsError as e:
                 with self._lock:
                     self._state = "completed"
                 event._signal(e)
+            finally:
+                _close_fds(fences)
 
         threading.Thread(target=work, name="mlts-fenced-execution", daemon=True).start()
         return event
@@ -364,14 +381,23 @@ class Execution:
     def _set_fenced_timing(self, launched_ns: int, fenced_ns: int, done_ns: int) -> None:
         """timingLaunched (call to signal) and timingFenced (dependencies signalled to signal), as NNAPI's
         IFencedExecutionCallback: the on-device time is the driver's; the in-driver times are measured
-        here, where the fence is waited on and signalled (only when the driver reports timing)."""
+        here, where the fence is waited on and signalled (only when the driver reports timing). The
+        driver's own timingFenced (from execute_fenced), where it reported one, is preferred for the
+        fenced durations; timingLaunched stays the runtime's, as only it includes the wait here."""
         device, in_driver = self._timing.time_on_device, self._timing.time_in_driver
-        if in_driver == NO_TIMING:
-            self._fenced_timing = Timing(device, NO_TIMING)
+        reported = self._driver_fenced_timing or NO_TIMING_INFO
+        fenced_device = reported.time_on_device if reported.time_on_device != NO_TIMING else device
+        if in_driver == NO_TIMING and reported.time_in_driver == NO_TIMING:
+            self._fenced_timing = Timing(fenced_device, NO_TIMING)
             return
         floor = 0 if device == NO_TIMING else device
-        self._timing = Timing(device, max((done_ns - launched_ns) // 1000, in_driver, floor))
-        self._fenced_timing = Timing(device, max((done_ns - fenced_ns) // 1000, floor))
+        fenced_floor = 0 if fenced_device == NO_TIMING else fenced_device
+        fenced_in_driver = reported.time_in_driver if reported.time_in_driver != NO_TIMING else \
+            (done_ns - fenced_ns) // 1000
+        fenced_in_driver = max(fenced_in_driver, fenced_floor)
+        launched_in_driver = 0 if in_driver == NO_TIMING else in_driver
+        self._timing = Timing(device, max((done_ns - launched_ns) // 1000, launched_in_driver, floor, fenced_in_driver))
+        self._fenced_timing = Timing(fenced_device, fenced_in_driver)
 
     def _begin(self, call: str) -> None:
         with self._lock:
@@ -384,14 +410,16 @@ class Execution:
             self._output_shapes = None
             self._timing = Timing()
             self._fenced_timing = None
+            self._driver_fenced_timing = None
             self._calls = []
             self._wall_ns = 0
 
-    def _run(self, burst: Burst | None, deadline_override: float | None = None) -> None:
+    def _run(self, burst: Burst | None, deadline_override: float | None = None,
+             fenced: tuple[list[int], int | None] | None = None) -> None:
         started = time.perf_counter_ns()
         try:
             deadline = deadline_override if deadline_override is not None else deadline_from_timeout(self._timeout_ns)
-            _Runner(self, burst, deadline).run()
+            _Runner(self, burst, deadline, fenced).run()
         except MltsError:
             raise
         except Exception as e:  # nothing but MltsError escapes, and an async Event must always be signalled
@@ -476,10 +504,32 @@ class Execution:
                             "device": None if on_device == NO_TIMING else int(on_device)})
 
 
-def _wait_for_dependencies(deps: Sequence[Event]) -> None:
-    """Wait on the dependencies' sync fences; a dependency that failed fails the execution (OP_FAILED)."""
+def _dup_fences(deps: Sequence[Event]) -> list[int]:
+    """New descriptors on the dependencies' fences, owned by one fenced execution (closed when it ends)."""
+    fds: list[int] = []
     try:
-        wait_all([d._fence.fileno() for d in deps], None)
+        for dep in deps:
+            fds.append(dep._fence.dup())
+    except OSError as e:
+        _close_fds(fds)
+        raise MltsError(ResultCode.OP_FAILED, f"start_compute_with_dependencies: cannot duplicate dependency "
+                                              f"{len(fds)}'s sync fence: {e}") from None
+    return fds
+
+
+def _close_fds(fds: Sequence[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _wait_for_dependencies(deps: Sequence[Event], fences: Sequence[int]) -> None:
+    """Wait on the dependencies' sync fences (`fences`, this execution's descriptors on them); a
+    dependency that failed fails the execution (OP_FAILED)."""
+    try:
+        wait_all(list(fences), None)
     except (OSError, ValueError) as e:
         raise MltsError(ResultCode.OP_FAILED, f"start_compute_with_dependencies: waiting on the dependencies "
                                               f"failed: {e}") from None
@@ -513,12 +563,14 @@ def _as_array(value: Any, t: OperandType, what: str) -> np.ndarray:
 class _Runner:
     """Carries one computation through the plan's steps, with intermediate tensors and CPU fallback."""
 
-    def __init__(self, execution: Execution, burst: Burst | None, deadline: float | None) -> None:
+    def __init__(self, execution: Execution, burst: Burst | None, deadline: float | None,
+                 fenced: tuple[list[int], int | None] | None = None) -> None:
         self.ex = execution
         self.comp = execution.compilation
         self.plan = self.comp.plan
         self.burst = burst
         self.deadline = deadline
+        self.fenced = fenced  # (signalled fence descriptors, timeout after them in ns): start_compute_with_dependencies
         self.fell_back = False
 
     def run(self) -> None:
@@ -654,6 +706,7 @@ class _Runner:
                                                   f"output shapes for {len(out_specs)} outputs")
         if step.prepared is prepared and self.plan.is_simple and not self.fell_back:
             ex._timing = result.timing
+            ex._driver_fenced_timing = result.fenced_timing
         for (operand_index, t, binding), buf, shape in zip(out_specs, buffers, result.output_shapes):
             dims = _reported_dims(shape, t)
             if isinstance(buf, _Binding) and memory_domains.is_device_memory(buf.memory) and dims is not None:
@@ -715,6 +768,10 @@ class _Runner:
         try:
             if use_burst and self.burst is not None:
                 result = self.burst.context(step).execute(request, measure, self.deadline, loop_timeout)
+            elif self.fenced is not None and self.plan.is_simple and prepared is step.prepared and not self.fell_back:
+                fences, timeout_after_fence = self.fenced  # already signalled: waited for before admission
+                result = prepared.execute_fenced(request, fences, measure, self.deadline, loop_timeout,
+                                                 timeout_after_fence)
             else:
                 result = prepared.execute_synchronously(request, measure, self.deadline, loop_timeout)
         except MltsError as e:
@@ -731,15 +788,15 @@ class _Runner:
                                                                      f"(status {result.status!r})")
         if any(not isinstance(s, OutputShape) for s in shapes):
             return ExecutionResult(ResultCode.OP_FAILED, [], message="driver returned invalid output shapes")
-        timing = result.timing
-        if not isinstance(timing, Timing) or not all(
-                isinstance(v, (int, np.integer)) and 0 <= v <= NO_TIMING for v in (timing.time_on_device,
-                                                                                  timing.time_in_driver)):
-            timing = NO_TIMING_INFO
+        timing = result.timing if is_valid_timing(result.timing) else NO_TIMING_INFO
+        fenced_timing = getattr(result, "fenced_timing", None)  # execute_fenced's timingFenced
+        if fenced_timing is not None and not is_valid_timing(fenced_timing):
+            fenced_timing = None  # malformed: as if not reported
         call_timing = getattr(result, "call_timing", None)
-        if status != result.status or shapes is not result.output_shapes or timing is not result.timing:
+        if status != result.status or shapes is not result.output_shapes or timing is not result.timing \
+                or fenced_timing is not getattr(result, "fenced_timing", None):
             result = ExecutionResult(status, shapes, timing, result.message,
-                                     call_timing if isinstance(call_timing, CallTiming) else None)
+                                     call_timing if isinstance(call_timing, CallTiming) else None, fenced_timing)
         return result
 
 

@@ -7,12 +7,15 @@ in memory pools. Everything here is plain data so that it can cross a process bo
 from __future__ import annotations
 
 import abc
+import dataclasses
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from .enums import (DeviceType, FeatureLevel, NO_TIMING, OperandCode, OperandLifetime, OperationCode,
                     Preference, Priority, ResultCode)
+from .errors import MltsError
 from .memory import Memory
 from .operand_type import OperandType
 
@@ -151,6 +154,9 @@ class ExecutionResult:
     timing: Timing = NO_TIMING_INFO
     message: str = ""
     call_timing: CallTiming | None = None
+    #: execute_fenced only: timingFenced (all waited fences signalled to the end; `timing` is then
+    #: timingLaunched, the call to the end). None: not a fenced execution, or not reported.
+    fenced_timing: Timing | None = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,28 @@ def deadline_from_timeout(timeout_ns: int | None) -> float | None:
     return None if timeout_ns is None else time.monotonic() + timeout_ns / 1e9
 
 
+def is_valid_timing(timing: object) -> bool:
+    """A Timing of ints in [0, NO_TIMING]: anything else a driver returns is ignored as NO_TIMING."""
+    return isinstance(timing, Timing) and all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v <= NO_TIMING
+        for v in (timing.time_on_device, timing.time_in_driver))
+
+
+def fenced_timings(run: Timing, launched_ns: int, fenced_ns: int, done_ns: int) -> tuple[Timing, Timing]:
+    """(timingLaunched, timingFenced) of a fenced execution from the timing of its run (after the fences)
+    and perf_counter_ns stamps of the call, the fences signalled and the end. The on-device time is the
+    run's own report (NO_TIMING if none); in-driver times are the measured spans, never below what the
+    run reported, so that launched >= fenced >= on-device always holds."""
+    if not is_valid_timing(run):
+        run = NO_TIMING_INFO
+    on_device = run.time_on_device
+    floor = max(0 if on_device == NO_TIMING else on_device,
+                0 if run.time_in_driver == NO_TIMING else run.time_in_driver)
+    fenced = max((done_ns - fenced_ns) // 1000, floor)
+    launched = max((done_ns - launched_ns) // 1000, fenced)
+    return Timing(on_device, launched), Timing(on_device, fenced)
+
+
 # -- the interfaces a driver implements ------------------------------------------------------------
 class PreparedModel(abc.ABC):
     """A model prepared by one driver; used by many executions, possibly concurrently."""
@@ -231,6 +259,56 @@ class PreparedModel(abc.ABC):
     def configure_execution_burst(self) -> "BurstContext":
         """A burst reuses per-sequence resources; the default simply forwards to synchronous runs."""
         return BurstContext(self)
+
+    def execute_fenced(self, request: Request, wait_for: Sequence[int], measure: bool, deadline: float | None,
+                       loop_timeout_ns: int, timeout_after_fence_ns: int | None) -> ExecutionResult:
+        """Fenced execution (NNAPI's IPreparedModel::executeFenced). Never raises.
+
+        `wait_for` are sync fence descriptors (readable = signalled): the request's inputs must not be
+        read before all of them are signalled, since whoever signals them may still be writing the inputs.
+        `deadline` (absolute, time.monotonic()) bounds the whole call, the wait included;
+        `timeout_after_fence_ns` (None: none) bounds the run after the fences signalled; a deadline missed
+        while waiting, or the timeout after the fences exceeded, is MISSED_DEADLINE_TRANSIENT. With
+        `measure`, `timing` is timingLaunched (call to end) and `fenced_timing` timingFenced (fences
+        signalled to end), NO_TIMING otherwise. This default waits here, then runs execute_synchronously;
+        a driver whose device can wait on the fences itself overrides it.
+        """
+        from .hal_validation import validate_fence_fds, validate_timeout_after_fence  # it imports this module
+        from .sync_fence import wait_all
+
+        launched = time.perf_counter_ns()
+        try:
+            fds = validate_fence_fds(wait_for, "execute_fenced")
+            after_fence = validate_timeout_after_fence(timeout_after_fence_ns, "execute_fenced")
+        except MltsError as e:
+            return ExecutionResult(e.code, [], message=e.message)
+        try:
+            signalled = wait_all(fds, None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except (OSError, ValueError) as e:
+            return ExecutionResult(ResultCode.BAD_DATA, [], message=f"execute_fenced: waiting on wait_for: {e}")
+        if not signalled:
+            return ExecutionResult(ResultCode.MISSED_DEADLINE_TRANSIENT, [],
+                                   message="execute_fenced: the deadline passed while waiting for the sync fences")
+        fenced = time.perf_counter_ns()
+        after_deadline = deadline_from_timeout(after_fence)
+        by_fence_timeout = after_deadline is not None and (deadline is None or after_deadline < deadline)
+        run_deadline = after_deadline if by_fence_timeout else deadline
+        try:
+            result = self.execute_synchronously(request, measure, run_deadline, loop_timeout_ns)
+        except MltsError as e:
+            return ExecutionResult(e.code, e.output_shapes or [], message=e.message)
+        except Exception as e:  # executions report failures in their result, as the HAL says
+            return ExecutionResult(ResultCode.OP_FAILED, [], message=f"execute_fenced: the execution raised "
+                                                                     f"{type(e).__name__}: {e}")
+        if not isinstance(result, ExecutionResult):
+            return ExecutionResult(ResultCode.OP_FAILED, [], message="execute_fenced: the execution returned no result")
+        if by_fence_timeout and result.status == ResultCode.MISSED_DEADLINE_PERSISTENT:
+            # what was missed is the time allowed after the fences: executeFenced reports it as transient
+            result = dataclasses.replace(result, status=ResultCode.MISSED_DEADLINE_TRANSIENT)
+        if not measure or result.status != ResultCode.NO_ERROR:
+            return dataclasses.replace(result, timing=NO_TIMING_INFO, fenced_timing=NO_TIMING_INFO)
+        launched_timing, fenced_timing = fenced_timings(result.timing, launched, fenced, time.perf_counter_ns())
+        return dataclasses.replace(result, timing=launched_timing, fenced_timing=fenced_timing)
 
 
 class ExecutionCallback:

@@ -5,7 +5,8 @@ BAD_DATA instead of crashing the driver.
 """
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -221,6 +222,38 @@ def validate_request(request: Request, model: HalModel, *, accept_tokens: bool =
                                    f"{t.describe()}")
                 types.append(t)
     return types
+
+
+def validate_fence_fds(wait_for: Any, call: str) -> list[int]:
+    """The sync fences of a fenced execution (NNAPI's waitFor): a sequence of open file descriptors.
+
+    One check for every side of the boundary (the runtime, a driver service's host, drivers), so that
+    they agree on what a malformed fence is: BAD_DATA naming `call` and the bad entry.
+    """
+    if isinstance(wait_for, (str, bytes, bytearray)) or not isinstance(wait_for, Sequence):
+        raise bad_data(f"{call}: wait_for must be a sequence of sync fence file descriptors, got {wait_for!r}")
+    return [validate_fence_fd(fd, call, f"wait_for[{k}]") for k, fd in enumerate(wait_for)]
+
+
+def validate_fence_fd(fd: Any, call: str, what: str = "fd") -> int:
+    """One sync fence descriptor: a non-negative int that is an open descriptor (BAD_DATA otherwise)."""
+    if isinstance(fd, bool) or not isinstance(fd, (int, np.integer)) or fd < 0:
+        raise bad_data(f"{call}: {what} = {fd!r} is not a file descriptor")
+    try:
+        os.fstat(int(fd))
+    except OSError as e:
+        raise bad_data(f"{call}: {what} = {fd} is not an open file descriptor ({e.strerror})") from None
+    return int(fd)
+
+
+def validate_timeout_after_fence(timeout_ns: Any, call: str) -> int | None:
+    """NNAPI's timeoutDurationAfterFence: None (no limit) or a non-negative int of nanoseconds."""
+    if timeout_ns is None:
+        return None
+    if isinstance(timeout_ns, bool) or not isinstance(timeout_ns, (int, np.integer)) or timeout_ns < 0:
+        raise bad_data(f"{call}: timeout_after_fence_ns must be None or a non-negative int of nanoseconds, "
+                       f"got {timeout_ns!r}")
+    return int(timeout_ns)
 
 
 def effective_type(declared: OperandType, dims: tuple[int, ...], what: str) -> OperandType:

@@ -58,7 +58,7 @@ def test_every_fault_of_the_issue_is_a_spec():
         "crash@prepare", "crash@execute", "hang@prepare", "hang@execute", "fail@prepare", "stale-cache@prepare",
         "wrong-small@execute", "wrong-large@execute", "slow@execute", "leak@execute", "unsupported@execute",
         "dynamic-shape@execute", "ignores-deadline@execute",
-        "wrong-branch@control-flow", "accepts-foreign-token@memory"}
+        "wrong-branch@control-flow", "accepts-foreign-token@memory", "ignores-fences@fenced"}
     names = [create(s).name for s in fault_specs()]
     assert len(set(names)) == len(names)
     assert create("faulty:crash@execute").name == "faulty-crash-execute"

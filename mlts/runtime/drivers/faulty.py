@@ -39,6 +39,10 @@ right) that injects exactly one fault, chosen by a spec `<fault>@<stage>[?option
                          allocates device buffers like a healthy driver, but serves a request naming
                          any of its buffers by token without checking the buffer's roles: another
                          client's (or another model's) buffer is read and written
+    ignores-fences@fenced
+                         execute_fenced checks its sync fences like a healthy driver, but does not
+                         wait for them: it runs at once (otherwise healthy), so it reads inputs that
+                         whoever signals the fences may not have written yet
 
 "small" is beyond the float32 conformance tolerance of SPEC section 3 (1e-5 + 6e-7 |x|) and the
 whole-MobileNet quantized tolerance (3 steps), but within the float16/relaxed tolerance (4.9e-3) and
@@ -47,7 +51,8 @@ far outside every tolerance. Every fault is deterministic; the wrong-* ones draw
 seeded generator (the same seed and inputs give the same outputs).
 
 The driver for a spec is named `faulty-<fault>-<stage>` plus `-<option><value>` for each option
-given (`faulty:wrong-small@execute?seed=3` -> `faulty-wrong-small-execute-seed3`). All declare
+given (`faulty:wrong-small@execute?seed=3` -> `faulty-wrong-small-execute-seed3`,
+`faulty:ignores-fences@fenced` -> `faulty-ignores-fences-fenced`). All declare
 0.5 x the reference's execution time and power for every type, so partitioning gives them work.
 """
 from __future__ import annotations
@@ -58,7 +63,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -68,7 +73,7 @@ from ..enums import NO_TIMING, DeviceType, FeatureLevel, OperandCode, OperationC
 from ..errors import MltsError
 from ..hal import (CacheHandles, Capabilities, ExecutionResult, HalModel, OutputShape, PreparedModel, Request,
                    Timing)
-from ..hal_validation import validate_hal_model
+from ..hal_validation import validate_fence_fds, validate_hal_model
 from ..ops import get_operation
 from .cache_files import load_for_driver
 from .device_buffers import RequestBuffers
@@ -97,6 +102,7 @@ FAULTS: dict[tuple[str, str], dict[str, tuple[Any, Any]]] = {
     ("dynamic-shape", "execute"): {"mode": (str, "insufficient")},
     ("wrong-branch", "control-flow"): {},
     ("accepts-foreign-token", "memory"): {},
+    ("ignores-fences", "fenced"): {},
 }
 _CHOICES = {"mode": ("insufficient", "wrong")}
 
@@ -314,6 +320,18 @@ class FaultyPreparedModel(PreparedModel):
             return self._inject(request, result, elapsed)
         except Exception as e:  # a bug here must look like a driver failure, never escape
             return ExecutionResult(ResultCode.OP_FAILED, [], message=f"{d.name}: {type(e).__name__}: {e}")
+
+    def execute_fenced(self, request: Request, wait_for: Sequence[int], measure: bool, deadline: float | None,
+                       loop_timeout_ns: int, timeout_after_fence_ns: int | None) -> ExecutionResult:
+        """ignores-fences: `wait_for` is checked (BAD_DATA as a healthy driver), then not waited for."""
+        if self.driver.spec.fault != "ignores-fences":
+            return super().execute_fenced(request, wait_for, measure, deadline, loop_timeout_ns,
+                                          timeout_after_fence_ns)
+        try:
+            validate_fence_fds(wait_for, f"{self.driver.name}: execute_fenced")
+        except MltsError as e:
+            return ExecutionResult(e.code, [], message=e.message)
+        return super().execute_fenced(request, [], measure, deadline, loop_timeout_ns, timeout_after_fence_ns)
 
     def _device_buffers(self) -> RequestBuffers | None:
         """Memory domains as the kernel driver serves them; accepts-foreign-token skips the role checks."""

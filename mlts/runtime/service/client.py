@@ -111,35 +111,44 @@ class Connection:
 
     # -- calls ----------------------------------------------------------------------------------
     def call(self, method: str, args: tuple = (), pools: Sequence[Memory] = (), *, cache_pools: bool = True,
-             deadline: float | None = None, timeout: float | None = None) -> tuple[Any, int, int]:
+             deadline: float | None = None, timeout: float | None = None,
+             fences: Sequence[int] = ()) -> tuple[Any, int, int]:
         """One round trip: (value, microseconds in the driver, microseconds for the whole round trip).
 
-        Raises MltsError: the driver's own error, DEAD_OBJECT, or MISSED_DEADLINE_TRANSIENT when the
-        service has not answered by `deadline` (absolute, time.monotonic()) plus a grace period.
+        `fences` are sync fence descriptors for the call (execute_fenced's wait_for): duplicates of them
+        cross beside the pools' descriptors, named by Call.fences, and are closed here once sent (the
+        caller keeps its own). Raises MltsError: the driver's own error, DEAD_OBJECT, or
+        MISSED_DEADLINE_TRANSIENT when the service has not answered by `deadline` (absolute,
+        time.monotonic()) plus a grace period.
         """
-        pending = _Pending(method)
-        with self._lock:
-            if self._death is not None:
-                raise self.dead_error(method)
-            self._next_id += 1
-            call_id = self._next_id
-            self._pending[call_id] = pending
-        start = time.perf_counter_ns()
-        with self._send_order:
-            refs, fds = self.exporter.refs(pools, cache=cache_pools)
-            forget, release = self.exporter.drain_forgotten(), self._drain_released()
-            try:
-                payload = Channel.encode(Call(call_id, method, args, tuple(refs), forget, release))
-                self.channel.send_encoded(payload, fds)
-            except ChannelClosed:
-                self._died()
-            except Exception as e:  # unpicklable arguments, too many pools: this call fails, nothing was sent
-                self.exporter.unsend(refs, forget)
-                self._released.extendleft(reversed(release))
-                with self._lock:
-                    self._pending.pop(call_id, None)
-                raise MltsError(ResultCode.OP_FAILED, f"driver service '{self.label}': cannot send {method}: "
-                                                      f"{type(e).__name__}: {e}") from None
+        fence_fds = _dup_fences(fences, f"driver service '{self.label}': {method}")
+        try:
+            pending = _Pending(method)
+            with self._lock:
+                if self._death is not None:
+                    raise self.dead_error(method)
+                self._next_id += 1
+                call_id = self._next_id
+                self._pending[call_id] = pending
+            start = time.perf_counter_ns()
+            with self._send_order:
+                refs, fds = self.exporter.refs(pools, cache=cache_pools)
+                forget, release = self.exporter.drain_forgotten(), self._drain_released()
+                fence_indexes = tuple(range(len(fds), len(fds) + len(fence_fds)))
+                try:
+                    payload = Channel.encode(Call(call_id, method, args, tuple(refs), forget, release, fence_indexes))
+                    self.channel.send_encoded(payload, [*fds, *fence_fds])
+                except ChannelClosed:
+                    self._died()
+                except Exception as e:  # unpicklable arguments, too many pools: this call fails, nothing was sent
+                    self.exporter.unsend(refs, forget)
+                    self._released.extendleft(reversed(release))
+                    with self._lock:
+                        self._pending.pop(call_id, None)
+                    raise MltsError(ResultCode.OP_FAILED, f"driver service '{self.label}': cannot send {method}: "
+                                                          f"{type(e).__name__}: {e}") from None
+        finally:
+            _close_fds(fence_fds)  # the service received its own copies with the message
         reply = self._wait(call_id, pending, deadline, timeout if timeout is not None else self.call_timeout)
         round_trip_us = (time.perf_counter_ns() - start) // 1000
         if reply.error is not None:
@@ -278,6 +287,34 @@ class Connection:
         self._death = f"belongs to process {self._parent_pid} (this process was forked from it)"
         try:
             os.close(self.channel.sock.detach())  # no shutdown: that would cut the parent's channel too
+        except OSError:
+            pass
+
+
+def _dup_fences(fences: Sequence[int], call: str) -> list[int]:
+    """Duplicates of a call's sync fences, to send (closed after sending); BAD_DATA naming a bad one."""
+    from ..hal_validation import validate_fence_fds
+
+    if not fences:  # every call but execute_fenced
+        return []
+    dups: list[int] = []
+    try:
+        for k, fd in enumerate(validate_fence_fds(fences, call)):
+            try:
+                dups.append(os.dup(fd))
+            except OSError as e:
+                raise MltsError(ResultCode.BAD_DATA, f"{call}: wait_for[{k}] = {fd} cannot be duplicated "
+                                                     f"({e.strerror})") from None
+    except BaseException:
+        _close_fds(dups)
+        raise
+    return dups
+
+
+def _close_fds(fds: Sequence[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
         except OSError:
             pass
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, Sequence
 
 from .. import vlog
 from ..enums import DeviceType, Preference, Priority, ResultCode
 from ..errors import MltsError, bad_data
 from ..hal import (AllocatedBuffer, BufferDesc, BurstContext, CacheHandles, CallTiming, Capabilities, DeviceBuffer,
                    Driver, ExecutionResult, HalModel, PreparedModel, Request)
+from ..hal_validation import validate_fence_fds, validate_timeout_after_fence
 from ..memory import Memory
 from .build import build_driver
 from .client import Connection
@@ -188,6 +189,19 @@ class ServicePreparedModel(PreparedModel):
                               loop_timeout_ns: int) -> ExecutionResult:
         return run_remote(self.conn, "execute", self.remote_id, request, measure, deadline, loop_timeout_ns)
 
+    def execute_fenced(self, request: Request, wait_for: Sequence[int], measure: bool, deadline: float | None,
+                       loop_timeout_ns: int, timeout_after_fence_ns: int | None) -> ExecutionResult:
+        """The service's driver waits for the fences (they cross as descriptors), so that a driver that
+        gets fenced execution wrong is seen to get it wrong, hosted or not."""
+        try:
+            fences = validate_fence_fds(wait_for, f"{self.driver.name}: execute_fenced")
+            timeout_after_fence_ns = validate_timeout_after_fence(timeout_after_fence_ns,
+                                                                  f"{self.driver.name}: execute_fenced")
+        except MltsError as e:
+            return ExecutionResult(e.code, [], message=e.message)
+        return run_remote(self.conn, "execute_fenced", self.remote_id, request, measure, deadline, loop_timeout_ns,
+                          timeout_after_fence_ns, fences=fences)
+
     def configure_execution_burst(self) -> BurstContext:
         return ServiceBurstContext(self)
 
@@ -263,11 +277,13 @@ class ServiceBuffer(DeviceBuffer):
 
 
 def run_remote(conn: Connection, method: str, remote_id: int, request: Request, measure: bool,
-               deadline: float | None, loop_timeout_ns: int) -> ExecutionResult:
+               deadline: float | None, loop_timeout_ns: int, *extra: Any,
+               fences: Sequence[int] = ()) -> ExecutionResult:
     """One execution in the service; never raises (HAL executions report failures in their result).
 
     Application arrays are staged through scratch shared memory (runtime time); the round trip minus
-    the time the service spent in the driver is IPC time.
+    the time the service spent in the driver is IPC time. `extra` arguments follow the common ones
+    (execute_fenced's timeout after the fences); `fences` cross as descriptors.
     """
     start = time.perf_counter_ns()
     try:
@@ -278,7 +294,8 @@ def run_remote(conn: Connection, method: str, remote_id: int, request: Request, 
     reusable = True
     try:
         result, driver_us, round_trip_us = conn.call(method, (remote_id, strip_request(request), measure, deadline,
-                                                              loop_timeout_ns), staged.pools, deadline=deadline)
+                                                              loop_timeout_ns, *extra), staged.pools, deadline=deadline,
+                                                     fences=fences)
     except MltsError as e:
         reusable = e.code not in (ResultCode.MISSED_DEADLINE_TRANSIENT, ResultCode.DEAD_OBJECT)
         staged.release(reusable=reusable)

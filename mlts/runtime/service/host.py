@@ -15,13 +15,14 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from .. import qos
 from ..enums import Priority, ResultCode
 from ..compilation_cache import validate_cache_handles
 from ..errors import MltsError
 from ..hal import AllocatedBuffer, BufferToken, BurstContext, DeviceBuffer, Driver, ExecutionResult, PreparedModel
+from ..hal_validation import validate_fence_fds, validate_timeout_after_fence
 from .build import build_driver
 from .channel import Channel, ChannelClosed
 from .pools import PoolCache
@@ -59,17 +60,33 @@ class Server:
                     os.close(fd)
                 continue
             if message.method == "shutdown":
+                _close_fds(fds)
                 return
             self._release(message)
-            try:
-                pools = self.pools.resolve(message.pools, fds)
+            try:  # the sync fences are the call's (closed after it), every other descriptor a pool's
+                fences = _fence_fds(message, fds)
             except MltsError as e:
+                _close_fds(fds)
                 self._reply(Reply(message.call_id, error=(int(e.code), f"{self.name}: {e.message}")))
                 continue
+            try:
+                pools = self.pools.resolve(message.pools, fds, keep=message.fences)
+            except MltsError as e:
+                _close_fds(fences)
+                self._reply(Reply(message.call_id, error=(int(e.code), f"{self.name}: {e.message}")))
+                continue
+            except BaseException:
+                _close_fds(fences)
+                raise
             if message.method in ("start", "ping"):
-                self._handle(message, pools)
-            else:
-                self._workers.submit(self._handle, message, pools)
+                self._handle(message, pools, fences)
+                continue
+            try:
+                self._workers.submit(self._handle, message, pools, fences)
+            except BaseException as e:  # no thread for it: the call fails, its fences are closed all the same
+                _close_fds(fences)
+                self._reply(Reply(message.call_id, error=(int(ResultCode.RESOURCE_EXHAUSTED_TRANSIENT),
+                                                          f"{self.name}: {message.method}: {type(e).__name__}: {e}")))
 
     def _release(self, message: Call) -> None:
         self.pools.forget(message.forget)
@@ -89,7 +106,16 @@ class Server:
                 except Exception:  # a driver failing to release a burst must not stop the service
                     pass
 
-    def _handle(self, message: Call, pools: list) -> None:
+    def _handle(self, message: Call, pools: list, fences: Sequence[int] = ()) -> None:
+        """Run one call and answer it; its sync fences (execute_fenced's wait_for) are closed after the call,
+        whatever happens, and before the answer (so a client that got its answer sees no descriptor held)."""
+        try:
+            reply = self._answer(message, pools, list(fences))
+        finally:
+            _close_fds(fences)
+        self._reply(reply)
+
+    def _answer(self, message: Call, pools: list, fences: list[int]) -> Reply:
         handler = getattr(self, "call_" + message.method, None)
         start = time.perf_counter_ns()
         try:
@@ -97,7 +123,12 @@ class Server:
                 raise MltsError(ResultCode.BAD_DATA, f"unknown call {message.method!r}")
             if self.driver is None and message.method != "start":
                 raise MltsError(ResultCode.BAD_STATE, f"{message.method} before start")
-            value = handler(pools, *message.args)
+            if message.method == "execute_fenced":
+                value = handler(pools, fences, *message.args)
+            elif fences:
+                raise MltsError(ResultCode.BAD_DATA, f"{self.name}: {message.method} takes no sync fences")
+            else:
+                value = handler(pools, *message.args)
             reply = Reply(message.call_id, value, driver_us=(time.perf_counter_ns() - start) // 1000)
         except MltsError as e:
             reply = Reply(message.call_id, error=(int(e.code), e.message))
@@ -107,7 +138,7 @@ class Server:
         except BaseException as e:  # the driver's bug (even sys.exit) is its client's error, not our crash
             reply = Reply(message.call_id, error=(int(ResultCode.OP_FAILED), f"{self.name}: {message.method} raised "
                                                                              f"{type(e).__name__}: {e}"))
-        self._reply(reply)
+        return reply
 
     def _reply(self, reply: Reply) -> None:
         try:
@@ -183,6 +214,23 @@ class Server:
         self._check_tokens(pools)
         return self._queued(prepared_id, prepared.execute_synchronously, attach_pools(request, pools), measure,
                             deadline, loop_timeout_ns)
+
+    def call_execute_fenced(self, pools: list, fences: list[int], prepared_id: int, request, measure: bool, deadline,
+                            loop_timeout_ns: int, timeout_after_fence_ns) -> ExecutionResult:
+        """The driver gets the received fence descriptors and waits for them itself (they are closed after the
+        call by _handle). The runtime sends only signalled fences (it waits before its own queue), so the
+        turn taken here in this client's queue is never held waiting for one."""
+        prepared = self._lookup(self.prepared, prepared_id, "prepared model")
+        call = f"{self.name}: execute_fenced"
+        wait_for = validate_fence_fds(fences, call)  # before the driver sees them
+        timeout_after_fence_ns = validate_timeout_after_fence(timeout_after_fence_ns, call)
+        self._check_tokens(pools)
+
+        def run(request, measure, deadline, loop_timeout_ns) -> ExecutionResult:
+            return prepared.execute_fenced(request, wait_for, measure, deadline, loop_timeout_ns,
+                                           timeout_after_fence_ns)
+
+        return self._queued(prepared_id, run, attach_pools(request, pools), measure, deadline, loop_timeout_ns)
 
     def call_burst_open(self, pools: list, prepared_id: int) -> int:
         prepared = self._lookup(self.prepared, prepared_id, "prepared model")
@@ -269,6 +317,24 @@ class _Workers:
             fn(*args)
             with self._lock:
                 self._idle += 1
+
+
+def _fence_fds(message: Call, fds: list[int]) -> list[int]:
+    """The received descriptors that `message.fences` names as sync fences (distinct, in range), in order."""
+    indexes = message.fences
+    if not isinstance(indexes, tuple) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(fds)
+                                             for i in indexes) or len(set(indexes)) != len(indexes):
+        raise MltsError(ResultCode.BAD_DATA, f"{message.method}: sync fence indexes {indexes!r} do not name "
+                                             f"the {len(fds)} descriptors that came with the call")
+    return [fds[i] for i in indexes]
+
+
+def _close_fds(fds: Sequence[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _execute(name: str, run, request, measure: bool, deadline, loop_timeout_ns: int) -> ExecutionResult:

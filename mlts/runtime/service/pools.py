@@ -176,14 +176,18 @@ class PoolCache:
     def __len__(self) -> int:
         return len(self._pools)
 
-    def resolve(self, refs: Sequence[PoolRef], fds: Sequence[int]) -> list[Memory]:
-        """Map new pools, find known ones; the received descriptors are always closed here."""
+    def resolve(self, refs: Sequence[PoolRef], fds: Sequence[int], keep: Sequence[int] = ()) -> list[Memory]:
+        """Map new pools, find known ones; the received descriptors are always closed here, except those at
+        the indexes in `keep` (a call's sync fences, which are not pools and which its handler closes)."""
         try:
             out = []
             for ref in refs:
                 if isinstance(ref, BufferToken):
                     out.append(ref)
                     continue
+                if ref.fd_index in keep:
+                    raise MltsError(ResultCode.BAD_DATA, f"memory pool {ref.pool_id} names a sync fence as its "
+                                                         f"descriptor")
                 if ref.fd_index >= 0:
                     try:
                         pool = Memory.from_fd(ref.size, ref.protect, fds[ref.fd_index], ref.offset)
@@ -199,7 +203,9 @@ class PoolCache:
                 out.append(pool)
             return out
         finally:
-            for fd in fds:
+            for k, fd in enumerate(fds):
+                if k in keep:
+                    continue
                 try:
                     os.close(fd)
                 except OSError:

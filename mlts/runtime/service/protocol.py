@@ -3,7 +3,8 @@
 HAL dataclasses are pickled as they are, except that their memory pools are replaced by PoolRefs:
 a pool id the service caches its mapping under, plus (the first time only) the index of the file
 descriptor that came with the message. So a model's weights or a request's tensors never go
-through the channel; only small CONSTANT_COPY values (`operand_values`) do.
+through the channel; only small CONSTANT_COPY values (`operand_values`) do. Sync fences of a fenced
+execution cross the same way, as descriptors named by `Call.fences`.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from ..hal import Capabilities, HalModel, Request
 
 #: calls a client may make; "start" must come first and builds the driver
 METHODS = ("start", "get_supported_operations", "prepare_model", "prepare_model_from_cache", "execute",
-           "burst_open", "burst_execute", "allocate", "buffer_copy_to", "buffer_copy_from", "ping", "shutdown")
+           "execute_fenced", "burst_open", "burst_execute", "allocate", "buffer_copy_to", "buffer_copy_from", "ping",
+           "shutdown")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class Call:
     pools: tuple[PoolRef, ...] = ()
     forget: tuple[int, ...] = ()  # pool ids
     release: tuple[tuple[str, int], ...] = ()  # ("prepared" | "burst" | "buffer", remote id or buffer token)
+    #: indexes of the message's fds that are sync fences (execute_fenced's wait_for, in order), not pools;
+    #: the service owns them for the call and closes them after it
+    fences: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
