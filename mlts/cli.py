@@ -1,4 +1,4 @@
-"""The `mlts` command line: devices, models, benchmark, stress, report, compare, import, graphdump."""
+"""The `mlts` command line: devices, models, benchmark, stress, conformance, report, compare, import, graphdump."""
 from __future__ import annotations
 
 import argparse
@@ -180,9 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .benchmark.benchmark_cli import add_benchmark_parser
 
     add_benchmark_parser(sub)  # sets func=run_benchmark
-    from .stress.stress_cli import add_fuzz_parser, add_stress_parser
+    from .stress.stress_cli import add_conformance_parser, add_fuzz_parser, add_stress_parser
 
     add_stress_parser(sub)  # sets func=run_stress
+    add_conformance_parser(sub)  # sets func=run_conformance
     add_fuzz_parser(sub)  # sets func=run_fuzz
     return parser
 

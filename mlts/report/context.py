@@ -21,6 +21,8 @@ from . import svg
 
 STRESS = "stress"
 STRESS_OUTCOMES = ("SUCCESS", "FAILURE", "HANG", "CRASH")
+CONFORMANCE = "conformance"
+CHECK_VERDICTS = ("pass", "fail", "n/a")
 #: A latency difference within this many percent of the reference's (or within the runs' own
 #: noise, compare.py's rule) is shown as "same" (grey), not better or worse.
 SAME_LATENCY_PCT = 5.0
@@ -488,6 +490,12 @@ class StressRow:
     reason: str
     log_tail: str
     timestamp: str
+    group: str = "stress"
+    checks: list = field(default_factory=list)  # conformance tests: {"check", "verdict", "detail"} in order
+
+    @property
+    def is_conformance(self) -> bool:
+        return self.group == CONFORMANCE
 
 
 def _stress(results: Results, machines: dict[tuple, Machine], multi: bool) -> list[StressRow]:
@@ -506,13 +514,51 @@ def _stress(results: Results, machines: dict[tuple, Machine], multi: bool) -> li
         tail = r.get("log_tail")
         if isinstance(tail, list):
             tail = "\n".join(map(str, tail))
+        group = str(r.get("group") or (CONFORMANCE if test.startswith(CONFORMANCE + "_") else "stress"))
+        details = r.get("details") if isinstance(r.get("details"), dict) else {}
+        checks = [c for c in details.get("checks") or [] if isinstance(c, dict)]
         out.append(StressRow(machine=m.label, driver=driver, lane=f"{driver} @ {m.label}" if multi else driver,
                              test=test, outcome=outcome, duration="–" if d is None else f"{d:.2f}",
                              reason=str(r.get("reason") or ""), log_tail=str(tail or ""),
-                             timestamp=str(r.get("timestamp") or "")))
+                             timestamp=str(r.get("timestamp") or ""), group=group, checks=checks))
     severity = {"CRASH": 0, "HANG": 1, "FAILURE": 2}
     out.sort(key=lambda s: (s.lane, severity.get(s.outcome, 3 if s.outcome == "SUCCESS" else -1), s.test))
     return out
+
+
+@dataclass
+class ConformanceCell:
+    row: StressRow
+    counts: dict  # verdict -> number of checks
+
+    @property
+    def title(self) -> str:
+        return ", ".join(f"{n} {v}" for v, n in self.counts.items() if n) or "no checks recorded"
+
+
+@dataclass
+class ConformanceView:
+    features: list  # (test name, column title)
+    lanes: list  # (lane, {test name: ConformanceCell})
+    failed_checks: list  # (lane, test, check dict)
+
+
+def _conformance_title(test: str) -> str:
+    return test.removeprefix(CONFORMANCE + "_").replace("_", " ")
+
+
+def _conformance(rows: list[StressRow]) -> ConformanceView | None:
+    """The conformance records as a drivers x features matrix, with every failed check listed."""
+    if not rows:
+        return None
+    features = list(dict.fromkeys(r.test for r in rows))
+    lanes: dict[str, dict[str, ConformanceCell]] = {}
+    failed = []
+    for r in rows:
+        counts = {v: sum(1 for c in r.checks if c.get("verdict") == v) for v in CHECK_VERDICTS}
+        lanes.setdefault(r.lane, {})[r.test] = ConformanceCell(r, counts)
+        failed += [(r.lane, r.test, c) for c in r.checks if c.get("verdict") == "fail"]
+    return ConformanceView([(t, _conformance_title(t)) for t in features], list(lanes.items()), failed)
 
 
 # --- summary per driver ----------------------------------------------------------------------
@@ -530,6 +576,7 @@ class DriverSummary:
     cts_failed: int = 0
     ratios: list[float] = field(default_factory=list)
     stress: dict[str, int] = field(default_factory=dict)
+    conformance: dict[str, int] = field(default_factory=dict)  # outcome -> conformance tests
 
     @property
     def cases(self) -> int:
@@ -552,6 +599,16 @@ class DriverSummary:
         return "PASS" if self.stress.get("SUCCESS", 0) == self.stress_total else "FAIL"
 
     @property
+    def conformance_total(self) -> int:
+        return sum(self.conformance.values())
+
+    @property
+    def conformance_verdict(self) -> str:
+        if not self.conformance_total:
+            return "–"
+        return "PASS" if self.conformance.get("SUCCESS", 0) == self.conformance_total else "FAIL"
+
+    @property
     def speedup(self) -> float | None:
         """Geometric mean over the cases of reference median / driver median."""
         if not self.ratios:
@@ -569,10 +626,10 @@ class DriverSummary:
 
     @property
     def verdict(self) -> str:
-        """FAIL on any CTS failure, benchmark error, or stress test that did not succeed; else PASS."""
-        if self.cts_failed or self.errors or self.stress_verdict == "FAIL":
+        """FAIL on any CTS failure, benchmark error, or stress or conformance test that did not succeed."""
+        if self.cts_failed or self.errors or "FAIL" in (self.stress_verdict, self.conformance_verdict):
             return "FAIL"
-        return "PASS" if (self.ok or self.stress_total) else "–"
+        return "PASS" if (self.ok or self.stress_total or self.conformance_total) else "–"
 
 
 def _summaries(rows: list[Row], stress: list[StressRow], reference: str) -> list[DriverSummary]:
@@ -598,7 +655,8 @@ def _summaries(rows: list[Row], stress: list[StressRow], reference: str) -> list
             s.ratios.append(r.speedup)
     for t in stress:
         s = get(t.lane, t.driver, t.machine)
-        s.stress[t.outcome] = s.stress.get(t.outcome, 0) + 1
+        counter = s.conformance if t.is_conformance else s.stress
+        counter[t.outcome] = counter.get(t.outcome, 0) + 1
     return sorted(out.values(), key=lambda s: (not s.is_reference, s.machine, s.driver))
 
 
@@ -741,7 +799,8 @@ def build_context(results: Results, *, baseline: BaselineView | None = None, tit
     machines = _machines(results, bench + stress_records)
     multi = len(machines) > 1
     families, rows = _build_families(results, machines, multi, reference)
-    stress = _stress(results, machines, multi)
+    all_stress = _stress(results, machines, multi)
+    stress = [t for t in all_stress if not t.is_conformance]
     colours = device_colours(rows, reference)
     errors = [r for r in rows if r.status == "error"]
     unsupported = [r for r in rows if r.status == "unsupported"]
@@ -768,13 +827,15 @@ def build_context(results: Results, *, baseline: BaselineView | None = None, tit
         "rows": rows,
         "show_mode": show_mode,
         "show_pref": show_pref,
-        "summaries": _summaries(rows, stress, reference),
+        "summaries": _summaries(rows, all_stress, reference),
         "timing_cases": _timing_cases(rows),
         "partitions": [(f, [(g, _partition_rows(g.rows, colours)) for g in f.models]) for f in families],
         "colours": colours,
         "errors": errors,
         "unsupported": unsupported,
         "stress": stress,
+        "conformance": _conformance([t for t in all_stress if t.is_conformance]),
+        "any_conformance": any(t.is_conformance for t in all_stress),
         "stress_outcomes": STRESS_OUTCOMES,
         "baseline": baseline,
         "same_latency_pct": SAME_LATENCY_PCT,

@@ -224,6 +224,42 @@ def validate_request(request: Request, model: HalModel, *, accept_tokens: bool =
     return types
 
 
+def validate_preparation_arguments(preference: Any, priority: Any, deadline: Any, cache: Any, call: str) -> None:
+    """prepare_model's scalar arguments, as VTS checks a driver refuses them: a Preference, a Priority,
+    a deadline that is None or a time.monotonic() value, cache handles or None (BAD_DATA otherwise)."""
+    from .compilation_cache import validate_cache_handles
+    from .enums import Preference
+    from .qos import check_priority
+
+    if isinstance(preference, bool) or not isinstance(preference, (int, np.integer)) \
+            or int(preference) not in {int(p) for p in Preference}:
+        raise bad_data(f"{call}: invalid preference {preference!r} (LOW_POWER=0, FAST_SINGLE_ANSWER=1, "
+                       f"SUSTAINED_SPEED=2)")
+    check_priority(priority, call)
+    validate_deadline(deadline, call)
+    if cache is not None:
+        validate_cache_handles(cache, call)
+
+
+def validate_execution_arguments(measure: Any, deadline: Any, loop_timeout_ns: Any, call: str) -> None:
+    """An execution's scalar arguments: `measure` a bool, the deadline None or a time, the loop timeout a
+    non-negative int of nanoseconds (BAD_DATA otherwise)."""
+    if not isinstance(measure, (bool, np.bool_)):
+        raise bad_data(f"{call}: measure must be a bool, got {measure!r}")
+    validate_deadline(deadline, call)
+    if isinstance(loop_timeout_ns, bool) or not isinstance(loop_timeout_ns, (int, np.integer)) or loop_timeout_ns < 0:
+        raise bad_data(f"{call}: loop timeout must be a non-negative int of nanoseconds, got {loop_timeout_ns!r}")
+
+
+def validate_deadline(deadline: Any, call: str) -> None:
+    """None (no deadline) or a finite time.monotonic() value."""
+    if deadline is None:
+        return
+    if isinstance(deadline, bool) or not isinstance(deadline, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(deadline):
+        raise bad_data(f"{call}: deadline must be None or a time.monotonic() value, got {deadline!r}")
+
+
 def validate_fence_fds(wait_for: Any, call: str) -> list[int]:
     """The sync fences of a fenced execution (NNAPI's waitFor): a sequence of open file descriptors.
 

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 from ..runtime import MltsError, ResultCode
 
 STARTUP_S = 20.0  # a test process importing mlts, numpy, its driver (numba) on a loaded machine
+CONFORMANCE = "conformance"
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,12 @@ class StressTest:
     disruptive: bool = False      # kills or starves things: the driver's survival is checked after it
     hosting: str | None = None    # force the driver's hosting ("service" / "in-process")
     setup_s: float = 20.0         # beyond the duration: model building, compilation, checks
+    group: str = "stress"         # "stress" or "conformance" (per-driver checks, not in the default sets)
+
+    @property
+    def per_driver(self) -> bool:
+        """Conformance tests check one driver; the all-devices target has none."""
+        return self.group == CONFORMANCE
 
     def duration(self, quick: bool, scale: float) -> float:
         base = self.quick_s if quick and self.quick_s is not None else self.duration_s
@@ -74,6 +81,27 @@ TESTS: list[StressTest] = [
                params={"address_space_gb": 4}, disruptive=True),
 ]
 
+
+def _conformance(feature: str, description: str, setup_s: float = 40.0) -> StressTest:
+    return StressTest(f"conformance_{feature}", f"mlts.stress.conformance:{feature}", 0.0, None, description,
+                      group=CONFORMANCE, setup_s=setup_s)
+
+
+CONFORMANCE_TESTS: list[StressTest] = [
+    _conformance("validation", "invalid priorities, preferences, deadlines, requests, models and memory roles "
+                               "are refused with BAD_DATA (by the driver and the runtime)"),
+    _conformance("deadlines", "passed deadlines refused with MISSED_DEADLINE_*, generous ones met, never a late "
+                              "NO_ERROR"),
+    _conformance("control_flow", "IF both branches, a WHILE counting loop, the loop timeout (for drivers that "
+                                 "claim IF/WHILE)"),
+    _conformance("memory_domains", "driver-allocated buffers: copies, tokens in their roles only, freed/unknown/"
+                                   "uninitialized refused, concurrent use; the shared-memory fallback"),
+    _conformance("caching", "prepare from cache; corrupt, truncated and foreign caches never used as they are "
+                            "(for drivers that cache)"),
+    _conformance("execution_paths", "sync, async, burst and fenced executions agree; the driver waits for its "
+                                    "fences; timings consistent"),
+]
+
 LIVENESS = StressTest("liveness", "mlts.stress.liveness:liveness", 0.0, 0.0,
                       "after a test that crashed, hung or disrupted: a supported model still runs correctly")
 REPLAY = StressTest("replay", "mlts.stress.random_graphs:replay", 0.0, 0.0, "a saved random graph, run again")
@@ -81,19 +109,24 @@ REPLAY = StressTest("replay", "mlts.stress.random_graphs:replay", 0.0, 0.0, "a s
 
 def by_name() -> dict[str, StressTest]:
     """Tests by name, for --tests and for callers that pick one."""
-    return {t.name: t for t in TESTS}
+    return {t.name: t for t in TESTS + CONFORMANCE_TESTS}
 
 
 def select_tests(names: Sequence[str] | None, quick: bool) -> list[StressTest]:
-    """`--tests` (names or comma lists) in catalog order; without it, the quick or the default set."""
+    """`--tests` (names, comma lists, or the group name "conformance") in catalog order; without it, the
+    quick or the default stress set."""
     if not names:
         return [t for t in TESTS if not quick or t.quick_s is not None]
     known = by_name()
     wanted = [n.strip() for item in names for n in item.split(",") if n.strip()]
+    if CONFORMANCE in wanted:
+        wanted = [n for n in wanted if n != CONFORMANCE] + [t.name for t in CONFORMANCE_TESTS]
     unknown = [n for n in wanted if n not in known]
     if unknown:
-        raise MltsError(ResultCode.BAD_DATA, f"--tests: unknown {', '.join(unknown)} (known: {', '.join(known)})")
-    return [t for t in TESTS if t.name in wanted]
+        raise MltsError(ResultCode.BAD_DATA, f"--tests: unknown {', '.join(unknown)} (known: {', '.join(known)}, "
+                                             f"or {CONFORMANCE} for all conformance tests)")
+    return [t for t in TESTS + CONFORMANCE_TESTS if t.name in wanted]
 
 
-__all__ = ["LIVENESS", "REPLAY", "STARTUP_S", "StressTest", "TESTS", "by_name", "select_tests"]
+__all__ = ["CONFORMANCE", "CONFORMANCE_TESTS", "LIVENESS", "REPLAY", "STARTUP_S", "StressTest", "TESTS", "by_name",
+           "select_tests"]

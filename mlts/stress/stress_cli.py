@@ -9,13 +9,15 @@ from ..runtime import MltsError, ResultCode
 
 
 def _epilog() -> str:
-    from .catalog import TESTS
+    from .catalog import CONFORMANCE_TESTS, TESTS
 
-    width = max(len(t.name) for t in TESTS)
+    width = max(len(t.name) for t in TESTS + CONFORMANCE_TESTS)
     lines = ["tests (default s / quick s, before --duration-scale):"]
     for t in TESTS:
         quick = "-" if t.quick_s is None else f"{t.quick_s:g}"
         lines.append(f"  {t.name:<{width}}  {t.duration_s:>4g} / {quick:<4} {t.description}")
+    lines += ["", "conformance tests (--tests conformance, or `mlts conformance`; per driver, not all-devices):"]
+    lines += [f"  {t.name:<{width}}  {t.description}" for t in CONFORMANCE_TESTS]
     lines += ["", "outcomes: SUCCESS, FAILURE (with its reason), HANG (killed at its deadline or after no "
               "heartbeat), CRASH (the test process died); exit status 1 unless every test succeeded."]
     return "\n".join(lines)
@@ -23,8 +25,6 @@ def _epilog() -> str:
 
 def add_stress_parser(subparsers) -> argparse.ArgumentParser:
     """The `stress` subcommand (sets func=run_stress)."""
-    from ..cli import add_driver_options
-
     p = subparsers.add_parser(
         "stress", help="crash, hang, leak and corner-case tests of every driver, each in a watched process",
         description="Run the stress tests on every available driver (nnapi-reference only with "
@@ -32,25 +32,69 @@ def add_stress_parser(subparsers) -> argparse.ArgumentParser:
                     "Records go to <run dir>/results.jsonl (kind \"stress\"), the HTML report and JUnit XML.",
         epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="the quick set (about a minute on 2 cores)")
-    p.add_argument("--tests", action="append", metavar="NAMES", help="only these tests (comma-separated, repeatable)")
+    p.add_argument("--tests", action="append", metavar="NAMES",
+                   help="only these tests (comma-separated, repeatable; 'conformance' = the conformance tests)")
+    _add_run_options(p)
+    p.add_argument("--duration-scale", type=float, default=1.0, metavar="F",
+                   help="multiply every test's duration (0.2: five times shorter)")
+    p.add_argument("--replay", metavar="FILE", help="run a saved failing random graph again, on its driver "
+                                                    "(or on --drivers)")
+    p.set_defaults(func=run_stress)
+    return p
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """What `stress` and `conformance` share: drivers, heartbeat, seed, run directory, outputs."""
+    from ..cli import add_driver_options
+
     p.add_argument("--drivers", action="append", metavar="NAMES",
                    help="only these drivers (comma-separated, repeatable; all-devices is the unnamed-device run)")
     p.add_argument("--include-reference", action="store_true", help="also test nnapi-reference itself")
-    p.add_argument("--duration-scale", type=float, default=1.0, metavar="F",
-                   help="multiply every test's duration (0.2: five times shorter)")
     p.add_argument("--heartbeat", type=float, default=30.0, metavar="S",
                    help="a test silent for this long is a HANG (default 30)")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice (graphs, kill moments)")
-    p.add_argument("--replay", metavar="FILE", help="run a saved failing random graph again, on its driver "
-                                                    "(or on --drivers)")
     p.add_argument("--out", metavar="DIR", help="run directory (default: reports/<timestamp>); an existing one "
                                                 "is resumed: finished tests are skipped")
     p.add_argument("--junit", metavar="FILE", help="JUnit XML path (default: <run dir>/junit-stress.xml)")
     p.add_argument("--no-report", action="store_true", help="do not render index.html")
     p.add_argument("--list", action="store_true", help="list the tests and targets, run nothing")
     add_driver_options(p)
-    p.set_defaults(func=run_stress)
+
+
+def add_conformance_parser(subparsers) -> argparse.ArgumentParser:
+    """The `conformance` subcommand: the conformance tests of the stress suite (sets func=run_conformance)."""
+    from .catalog import CONFORMANCE_TESTS
+
+    width = max(len(t.name) for t in CONFORMANCE_TESTS)
+    p = subparsers.add_parser(
+        "conformance", help="NNAPI 1.3 conformance tests of every driver (validation, deadlines, control flow, "
+                            "memory domains, caching, execution paths), each in a watched process",
+        description="Run the conformance tests on every available driver (nnapi-reference only with "
+                    "--include-reference), like `mlts stress --tests conformance`. Each test reports its "
+                    "named checks (pass / fail / n/a for optional features a driver lacks); records go to "
+                    "<run dir>/results.jsonl, the HTML report (Conformance section) and JUnit XML.",
+        epilog="tests:\n" + "\n".join(f"  {t.name:<{width}}  {t.description}" for t in CONFORMANCE_TESTS)
+               + "\n\nexit status 1 unless every test succeeded.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tests", action="append", metavar="NAMES",
+                   help="only these conformance tests (comma-separated, repeatable)")
+    _add_run_options(p)
+    p.set_defaults(func=run_conformance)
     return p
+
+
+def run_conformance(args: argparse.Namespace) -> int:
+    """`mlts conformance` = `mlts stress --tests conformance` (or the named conformance tests)."""
+    from .catalog import CONFORMANCE_TESTS, select_tests
+
+    names = _split(args.tests) or ["conformance"]
+    chosen = select_tests(names, False)
+    others = [t.name for t in chosen if t not in CONFORMANCE_TESTS]
+    if others:
+        raise MltsError(ResultCode.BAD_DATA, f"--tests: {', '.join(others)} are stress tests, not conformance tests "
+                                             f"(use mlts stress)")
+    args.tests, args.quick, args.duration_scale, args.replay = names, False, 1.0, None
+    return run_stress(args)
 
 
 def add_fuzz_parser(subparsers) -> argparse.ArgumentParser:
@@ -188,4 +232,5 @@ def run_fuzz(args: argparse.Namespace) -> int:
     return 0 if not report.crashes else 1
 
 
-__all__ = ["add_fuzz_parser", "add_stress_parser", "run_fuzz", "run_replay", "run_stress"]
+__all__ = ["add_conformance_parser", "add_fuzz_parser", "add_stress_parser", "run_conformance", "run_fuzz",
+           "run_replay", "run_stress"]

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from ..benchmark.records import SCHEMA_VERSION, ResultsWriter
 from .catalog import LIVENESS, StressTest
-from .drivers import Target
+from .drivers import ALL_DEVICES, Target
 from .models import BUILTIN
 from .watchdog import CRASH, FAILURE, HANG, SUCCESS, WatchResult, child_env, run_watched
 
@@ -104,7 +104,7 @@ def run_test(config: SuiteConfig, target: Target, test: StressTest, work_dir: Pa
             reason = f"the driver did not survive the test: liveness check {live.outcome}: {live.reason}"
     deadline = deadline_for(config, test, config.test_models(test))
     return {"kind": "stress", "schema_version": SCHEMA_VERSION, "driver": target.name, "test": test.name,
-            "outcome": outcome, "duration_s": round(result.duration_s, 3), "reason": reason,
+            "group": test.group, "outcome": outcome, "duration_s": round(result.duration_s, 3), "reason": reason,
             "log_tail": result.log_tail, "description": test.description,
             "test_duration_s": test.duration(config.quick, config.duration_scale), "deadline_s": deadline,
             "heartbeat_s": config.heartbeat_s, "quick": config.quick, "duration_scale": config.duration_scale,
@@ -124,7 +124,7 @@ def run_suite(config: SuiteConfig, *, progress: Callable[[str], None] = stderr_p
     config.run_dir.mkdir(parents=True, exist_ok=True)
     work_dir = Path(tempfile.mkdtemp(prefix="mlts-stress-"))
     records: list[dict[str, Any]] = []
-    plan = [(t, s) for t in config.targets for s in config.tests]
+    plan = [(t, s) for t in config.targets for s in config.tests if not (s.per_driver and t.name == ALL_DEVICES)]
     started = time.monotonic()
     try:
         with ResultsWriter(config.run_dir) as writer:

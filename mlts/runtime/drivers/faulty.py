@@ -73,7 +73,7 @@ from ..enums import NO_TIMING, DeviceType, FeatureLevel, OperandCode, OperationC
 from ..errors import MltsError
 from ..hal import (CacheHandles, Capabilities, ExecutionResult, HalModel, OutputShape, PreparedModel, Request,
                    Timing)
-from ..hal_validation import validate_fence_fds, validate_hal_model
+from ..hal_validation import validate_execution_arguments, validate_fence_fds, validate_hal_model
 from ..ops import get_operation
 from .cache_files import load_for_driver
 from .device_buffers import RequestBuffers
@@ -295,6 +295,10 @@ class FaultyPreparedModel(PreparedModel):
                               loop_timeout_ns: int) -> ExecutionResult:
         d = self.driver
         spec = d.spec
+        try:  # as a healthy driver: malformed arguments are refused before any fault strikes
+            validate_execution_arguments(measure, deadline, loop_timeout_ns, f"{d.name}: execute")
+        except MltsError as e:
+            return ExecutionResult(e.code, [], message=e.message)
         with d.lock:
             d.executions += 1
         if spec.stage == "execute":
@@ -343,7 +347,8 @@ class FaultyPreparedModel(PreparedModel):
     def _past_deadline(self, request: Request, measure: bool, deadline: float | None,
                        loop_timeout_ns: int) -> ExecutionResult:
         """ignores-deadline: compute without the deadline, then finish `late` s after it, claiming success."""
-        result = run_request(self.graph, request, measure, None, loop_timeout_ns, self.driver.name)
+        result = run_request(self.graph, request, measure, None, loop_timeout_ns, self.driver.name,
+                             device_buffers=self._device_buffers())
         if deadline is not None and result.status == ResultCode.NO_ERROR:
             late = float(self.driver.spec.option("late"))
             time.sleep(max(0.0, deadline + late - time.monotonic()))

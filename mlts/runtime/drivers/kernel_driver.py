@@ -16,7 +16,8 @@ from ..enums import DeviceType, NO_TIMING, OperandCode, OperationCode, Preferenc
 from ..errors import MltsError
 from ..hal import (AllocatedBuffer, BufferDesc, BufferRole, CacheHandles, Capabilities, Driver, ExecutionResult,
                    HalModel, OutputShape, PreparedModel, Request, Timing)
-from ..hal_validation import validate_hal_model, validate_request
+from ..hal_validation import (validate_deadline, validate_execution_arguments, validate_hal_model,
+                              validate_preparation_arguments, validate_request)
 from ..ops import get_operation
 from ..ops.control_flow import supported_operations
 from .cache_files import load_for_driver, save_for_driver
@@ -67,6 +68,7 @@ class KernelDriver(Driver):
 
     def prepare_model(self, model: HalModel, preference: Preference, priority: Priority,
                       deadline: float | None, cache: CacheHandles | None) -> PreparedModel:
+        validate_preparation_arguments(preference, priority, deadline, cache, f"{self.name}: prepare_model")
         validate_hal_model(model)
         started = qos.check_preparation(self, model, deadline)  # MISSED_DEADLINE_* / RESOURCE_EXHAUSTED_PERSISTENT
         supported = self.get_supported_operations(model)
@@ -101,6 +103,7 @@ class KernelDriver(Driver):
     def prepare_model_from_cache(self, deadline: float | None, cache: CacheHandles) -> PreparedModel:
         """The model this driver cached, without re-validating it or re-checking its support: the cache's
         checks (driver, version, token, checksums) prove it is a model this driver already accepted."""
+        validate_deadline(deadline, f"{self.name}: prepare_model_from_cache")
         return KernelPreparedModel(self, load_for_driver(self, deadline, cache))
 
 
@@ -113,6 +116,10 @@ class KernelPreparedModel(PreparedModel):
 
     def execute_synchronously(self, request: Request, measure: bool, deadline: float | None,
                               loop_timeout_ns: int) -> ExecutionResult:
+        try:
+            validate_execution_arguments(measure, deadline, loop_timeout_ns, f"{self.driver.name}: execute")
+        except MltsError as e:
+            return ExecutionResult(e.code, [], message=e.message)
         # Refused before starting when the deadline will be missed; checkpoints between operations
         # abort a run that will miss it and let the runtime's queue pre-empt it (mlts.runtime.qos).
         return qos.predicted_run(self.estimate, self.driver, len(self.model.main.operations), deadline,

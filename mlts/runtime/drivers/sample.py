@@ -36,6 +36,11 @@ def sample_drivers() -> list[KernelDriver]:
     ]
 
 
+def sample_all() -> KernelDriver:
+    """sample-all alone: a factory a `--driver` spec can name to host just that driver (in a service)."""
+    return sample_drivers()[0]
+
+
 def register_sample_drivers() -> list:
     from ..manager import devices, register_driver
 

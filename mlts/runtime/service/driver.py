@@ -19,7 +19,7 @@ from ..enums import DeviceType, Preference, Priority, ResultCode
 from ..errors import MltsError, bad_data
 from ..hal import (AllocatedBuffer, BufferDesc, BurstContext, CacheHandles, CallTiming, Capabilities, DeviceBuffer,
                    Driver, ExecutionResult, HalModel, PreparedModel, Request)
-from ..hal_validation import validate_fence_fds, validate_timeout_after_fence
+from ..hal_validation import validate_deadline, validate_fence_fds, validate_timeout_after_fence
 from ..memory import Memory
 from .build import build_driver
 from .client import Connection
@@ -137,12 +137,14 @@ class ServiceDriver(Driver):
 
     def prepare_model(self, model: HalModel, preference: Preference, priority: Priority, deadline: float | None,
                       cache: CacheHandles | None) -> PreparedModel:
+        validate_deadline(deadline, f"{self.name}: prepare_model")  # the proxy waits by it (the rest: the driver's)
         conn = self._live("prepare_model")
         remote_id, _, _ = self._call(conn, "prepare_model", (strip_model(model), preference, priority, deadline, cache),
                                      model_pools(model.pools), deadline=deadline)
         return ServicePreparedModel(self, conn, remote_id)
 
     def prepare_model_from_cache(self, deadline: float | None, cache: CacheHandles) -> PreparedModel:
+        validate_deadline(deadline, f"{self.name}: prepare_model_from_cache")
         conn = self._live("prepare_model_from_cache")
         remote_id, _, _ = self._call(conn, "prepare_model_from_cache", (deadline, cache), deadline=deadline)
         return ServicePreparedModel(self, conn, remote_id)
@@ -287,6 +289,7 @@ def run_remote(conn: Connection, method: str, remote_id: int, request: Request, 
     """
     start = time.perf_counter_ns()
     try:
+        validate_deadline(deadline, f"{conn.label}: {method}")  # this side waits by it
         staged = StagedPools(request.pools, conn.scratch)
     except MltsError as e:
         return ExecutionResult(e.code, [], message=e.message)

@@ -16,7 +16,8 @@ from ...enums import DeviceType, FeatureLevel, OperandCode, Preference, Priority
 from ...errors import MltsError
 from ...hal import (CacheHandles, Capabilities, Driver, ExecutionResult, HalModel, OutputShape, PerformanceInfo,
                     PreparedModel, Request)
-from ...hal_validation import validate_hal_model, validate_request
+from ...hal_validation import (validate_execution_arguments, validate_hal_model, validate_preparation_arguments,
+                               validate_request)
 from ..kernel_driver import failed_execution, measured_timing
 
 FAST_DEVICE_NAME = "mlts-fast"
@@ -61,6 +62,7 @@ class FastDriver(Driver):
 
     def prepare_model(self, model: HalModel, preference: Preference, priority: Priority,
                       deadline: float | None, cache: CacheHandles | None) -> PreparedModel:
+        validate_preparation_arguments(preference, priority, deadline, cache, f"{self.name}: prepare_model")
         validate_hal_model(model)
         if deadline is not None and time.monotonic() > deadline:
             raise MltsError(ResultCode.MISSED_DEADLINE_PERSISTENT, f"{self.name}: preparation deadline already passed")
@@ -95,6 +97,7 @@ class FastPreparedModel(PreparedModel):
         t_driver = time.perf_counter_ns()
         name = self.driver.name
         try:
+            validate_execution_arguments(measure, deadline, loop_timeout_ns, f"{name}: execute")
             in_types = validate_request(request, self.model)
             if deadline is not None and time.monotonic() > deadline:
                 return ExecutionResult(ResultCode.MISSED_DEADLINE_TRANSIENT, [], message="deadline already passed")
