@@ -112,21 +112,29 @@ def by_name() -> dict[str, StressTest]:
     return {t.name: t for t in TESTS + CONFORMANCE_TESTS}
 
 
+#: names --tests accepts for sets of tests
+GROUPS = {"quick": lambda: [t for t in TESTS if t.quick_s is not None], "default": lambda: list(TESTS),
+          CONFORMANCE: lambda: list(CONFORMANCE_TESTS)}
+
+
 def select_tests(names: Sequence[str] | None, quick: bool) -> list[StressTest]:
-    """`--tests` (names, comma lists, or the group name "conformance") in catalog order; without it, the
-    quick or the default stress set."""
+    """`--tests` (names, comma lists, or the group names "quick", "default" and "conformance") in
+    catalog order; without it, the quick or the default stress set."""
     if not names:
-        return [t for t in TESTS if not quick or t.quick_s is not None]
+        return GROUPS["quick" if quick else "default"]()
     known = by_name()
-    wanted = [n.strip() for item in names for n in item.split(",") if n.strip()]
-    if CONFORMANCE in wanted:
-        wanted = [n for n in wanted if n != CONFORMANCE] + [t.name for t in CONFORMANCE_TESTS]
+    wanted: list[str] = []
+    for n in (n.strip() for item in names for n in item.split(",")):
+        if n in GROUPS:
+            wanted += [t.name for t in GROUPS[n]()]
+        elif n:
+            wanted.append(n)
     unknown = [n for n in wanted if n not in known]
     if unknown:
         raise MltsError(ResultCode.BAD_DATA, f"--tests: unknown {', '.join(unknown)} (known: {', '.join(known)}, "
-                                             f"or {CONFORMANCE} for all conformance tests)")
+                                             f"or the groups {', '.join(GROUPS)})")
     return [t for t in TESTS + CONFORMANCE_TESTS if t.name in wanted]
 
 
-__all__ = ["CONFORMANCE", "CONFORMANCE_TESTS", "LIVENESS", "REPLAY", "STARTUP_S", "StressTest", "TESTS", "by_name",
+__all__ = ["CONFORMANCE", "CONFORMANCE_TESTS", "GROUPS", "LIVENESS", "REPLAY", "STARTUP_S", "StressTest", "TESTS", "by_name",
            "select_tests"]

@@ -33,7 +33,10 @@ def add_stress_parser(subparsers) -> argparse.ArgumentParser:
         epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="the quick set (about a minute on 2 cores)")
     p.add_argument("--tests", action="append", metavar="NAMES",
-                   help="only these tests (comma-separated, repeatable; 'conformance' = the conformance tests)")
+                   help="only these tests (comma-separated, repeatable); the groups quick, default and "
+                        "conformance stand for their tests")
+    p.add_argument("--no-all-devices", action="store_true",
+                   help="skip the all-devices target (no named device: runtime partitioning)")
     _add_run_options(p)
     p.add_argument("--duration-scale", type=float, default=1.0, metavar="F",
                    help="multiply every test's duration (0.2: five times shorter)")
@@ -94,6 +97,7 @@ def run_conformance(args: argparse.Namespace) -> int:
         raise MltsError(ResultCode.BAD_DATA, f"--tests: {', '.join(others)} are stress tests, not conformance tests "
                                              f"(use mlts stress)")
     args.tests, args.quick, args.duration_scale, args.replay = names, False, 1.0, None
+    args.no_all_devices = True  # conformance tests check drivers one by one
     return run_stress(args)
 
 
@@ -142,7 +146,7 @@ def run_stress(args: argparse.Namespace) -> int:
     """Run the suite; 0 only when every test succeeded (CI gates on it)."""
     from ..benchmark.records import new_run_dir
     from .catalog import select_tests
-    from .drivers import select_targets
+    from .drivers import ALL_DEVICES, select_targets
     from .junit import write_junit
     from .models import model_names
     from .suite import SuiteConfig, outcome_counts, run_suite
@@ -153,6 +157,8 @@ def run_stress(args: argparse.Namespace) -> int:
         return run_replay(args)
     tests = select_tests(_split(args.tests), args.quick)
     all_targets, specs = _targets_and_specs(args)
+    if getattr(args, "no_all_devices", False):
+        all_targets = [t for t in all_targets if t.name != ALL_DEVICES]
     targets = select_targets(all_targets, _split(args.drivers))
     if args.list:
         print("targets: " + ", ".join(t.name for t in targets))
