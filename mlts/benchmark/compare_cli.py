@@ -11,7 +11,7 @@ import sys
 from mlts.runtime import MltsError, ResultCode
 
 from .compare import Thresholds, compare
-from .fileio import atomic_write
+from ..fileio import atomic_write
 from .records import read_results
 
 EXIT_BAD_INPUT = 2

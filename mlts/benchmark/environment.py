@@ -10,7 +10,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from .fileio import atomic_write
+from ..fileio import atomic_write
 from .records import ENVIRONMENT_FILE, to_jsonable, utc_now
 
 ENVIRONMENT_SCHEMA_VERSION = 1

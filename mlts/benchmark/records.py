@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 
 from mlts.runtime import MltsError, ResultCode
 
-from .fileio import atomic_write
+from ..fileio import atomic_write
 
 SCHEMA_VERSION = 1
 BENCHMARK = "benchmark"

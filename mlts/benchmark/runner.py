@@ -32,7 +32,7 @@ from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
 from mlts.runtime.enums import NO_TIMING
 
 from .accuracy import AccuracyAccumulator
-from .fileio import atomic_write
+from ..fileio import atomic_write
 from .records import MODES, BenchmarkRecord, ResultsWriter, case_key, read_results, to_jsonable, utc_now
 from .stats import DEFAULT, QUICK, Measurement, RunLengthRules, latency_stats, measure
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..fileio import atomic_write
 from ..runtime import MltsError, ResultCode
 from .mobilenet import ZOO_CONFIGS, build_onnx, macs, model_name, weight_shapes
 
@@ -96,10 +96,7 @@ def onnx_path(name: str) -> Path:
         if not path.exists():
             model = _build(entry)
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                f.write(model.SerializeToString())
-            os.replace(tmp, path)  # never a partial file under the final name
+            atomic_write(path, model.SerializeToString())  # never a partial file under the final name
     return path
 
 

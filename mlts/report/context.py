@@ -551,7 +551,10 @@ def _conformance(rows: list[StressRow]) -> ConformanceView | None:
     """The conformance records as a drivers x features matrix, with every failed check listed."""
     if not rows:
         return None
-    features = list(dict.fromkeys(r.test for r in rows))
+    from mlts.stress.catalog import CONFORMANCE_TESTS
+
+    order = {t.name: k for k, t in enumerate(CONFORMANCE_TESTS)}  # the catalog's order, unknown tests last
+    features = sorted(dict.fromkeys(r.test for r in rows), key=lambda t: (order.get(t, len(order)), t))
     lanes: dict[str, dict[str, ConformanceCell]] = {}
     failed = []
     for r in rows:

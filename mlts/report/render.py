@@ -13,7 +13,7 @@ from typing import Sequence, Union
 import jinja2
 
 from mlts.benchmark.compare import Thresholds, compare
-from mlts.benchmark.fileio import atomic_write
+from mlts.fileio import atomic_write
 from mlts.benchmark.records import Results, read_results, utc_now
 from mlts.runtime import MltsError, ResultCode
 from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME

@@ -28,7 +28,7 @@ from .hal_validation import effective_type, validate_fence_fd
 from .memory import Memory
 from . import memory_domains
 from .operand_type import OperandType
-from .sync_fence import SyncFence, wait_all
+from .sync_fence import SyncFence, close_fds, wait_all
 from . import qos
 
 NO_FALLBACK_CODES = {ResultCode.OUTPUT_INSUFFICIENT_SIZE, ResultCode.MISSED_DEADLINE_TRANSIENT,
@@ -354,7 +354,7 @@ class Execution:
         try:
             self._begin("start_compute_with_dependencies")
         except BaseException:
-            _close_fds(fences)
+            close_fds(fences)
             raise
         call_deadline = deadline_from_timeout(self._timeout_ns)  # set_timeout counts from the call (as NNAPI)
         event = Event()
@@ -373,7 +373,7 @@ class Execution:
                     self._state = "completed"
                 event._signal(e)
             finally:
-                _close_fds(fences)
+                close_fds(fences)
 
         threading.Thread(target=work, name="mlts-fenced-execution", daemon=True).start()
         return event
@@ -511,18 +511,11 @@ def _dup_fences(deps: Sequence[Event]) -> list[int]:
         for dep in deps:
             fds.append(dep._fence.dup())
     except OSError as e:
-        _close_fds(fds)
+        close_fds(fds)
         raise MltsError(ResultCode.OP_FAILED, f"start_compute_with_dependencies: cannot duplicate dependency "
                                               f"{len(fds)}'s sync fence: {e}") from None
     return fds
 
-
-def _close_fds(fds: Sequence[int]) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
 
 
 def _wait_for_dependencies(deps: Sequence[Event], fences: Sequence[int]) -> None:

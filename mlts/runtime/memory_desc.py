@@ -43,7 +43,8 @@ def same_operand_kind(a: OperandType, b: OperandType) -> bool:
     return (a.code, a.scale, a.zero_point, a.channel_quant) == (b.code, b.scale, b.zero_point, b.channel_quant)
 
 
-def _check_dims(dimensions: Any, what: str) -> tuple[int, ...]:
+def check_dimensions(dimensions: Any, what: str) -> tuple[int, ...]:
+    """A sequence of non-negative ints (0 = unknown) as a tuple; BAD_DATA naming `what` otherwise."""
     try:
         dims = tuple(dimensions)
     except TypeError:
@@ -106,7 +107,7 @@ class MemoryDesc:
         """Further specify the dimensions (0 = unknown); they must agree with every role's."""
         if self.finished:
             raise bad_state("MemoryDesc.set_dimensions: the descriptor is already finished")
-        dims = _check_dims(dimensions, "MemoryDesc.set_dimensions")
+        dims = check_dimensions(dimensions, "MemoryDesc.set_dimensions")
         if self.operand_type is not None and not self.operand_type.is_tensor and dims:
             raise bad_data("MemoryDesc.set_dimensions: the roles are scalars, which take no dimensions")
         combined = combine_dimensions(self.dimensions, dims)

@@ -100,6 +100,15 @@ class SyncFence:
                 os.close(self._write_fd)
 
 
+def close_fds(fds) -> None:
+    """Close every descriptor, ignoring those already closed (cleanup paths must not raise)."""
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def _is_eventfd(fd: int) -> bool:
     try:
         return os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]"

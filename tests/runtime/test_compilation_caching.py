@@ -353,7 +353,8 @@ def test_concurrent_compilations_with_one_token_all_get_right_results(reference,
     for out in results:
         np.testing.assert_allclose(out, expected(0), rtol=1e-6)
     assert compile_cached(model, reference, tmp_path).cache_status == "prepared-from-cache"
-    assert not [f for f in os.listdir(tmp_path) if f.startswith(".mlts-cache-")]  # no temporary left over
+    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(f) for f in files_of(compile_cached(
+        model, reference, tmp_path)))  # the cache files and nothing else: no temporary left over
 
 
 # -- set_caching ---------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from mlts.runtime.drivers.faulty import create as create_faulty
 from mlts.runtime.enums import MAXIMUM_LOOP_TIMEOUT_NS
 from mlts.runtime.drivers.sample import sample_drivers
 from mlts.runtime.service import ServiceDriver
+from mlts.stress.conformance.models import Builder
 from service_test_drivers import kernel_driver
 
 IF, WHILE = OperationCode.IF, OperationCode.WHILE
@@ -37,37 +38,6 @@ def f32(*dims: int) -> OperandType:
 
 def i32(*values: int) -> np.ndarray:
     return np.array(values, np.int32)
-
-
-class Builder:
-    """A few lines per model: operands, constants, referenced models, operations."""
-
-    def __init__(self) -> None:
-        self.m = Model()
-
-    def operand(self, t: OperandType, value=None) -> int:
-        i = self.m.add_operand(t)
-        if value is not None:
-            self.m.set_operand_value(i, value)
-        return i
-
-    def ref(self, model: Model) -> int:
-        i = self.m.add_operand(MODEL)
-        self.m.set_operand_value_from_model(i, model)
-        return i
-
-    def op(self, code: OperationCode, inputs: list[int], *out_types: OperandType) -> int | list[int]:
-        outs = [self.operand(t) for t in out_types]
-        self.m.add_operation(code, inputs, outs)
-        return outs[0] if len(outs) == 1 else outs
-
-    def arith(self, code: OperationCode, a: int, b: int, t: OperandType) -> int:
-        return self.op(code, [a, b, self.operand(INT, np.int32(0))], t)
-
-    def finish(self, inputs: list[int], outputs: list[int]) -> Model:
-        self.m.identify_inputs_and_outputs(inputs, outputs)
-        self.m.finish()
-        return self.m
 
 
 # -- models ---------------------------------------------------------------------------------------

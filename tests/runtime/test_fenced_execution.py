@@ -23,7 +23,7 @@ from fake_drivers import (ADD, MUL, FailingExecutionDriver, FakeDriver, FakePrep
 from mlts.runtime import (Compilation, DurationCode, Event, Execution, Memory, MltsError, ResultCode, get_device)
 from mlts.runtime.drivers.faulty import create as faulty_driver
 from mlts.runtime.enums import NO_TIMING, Preference, Priority
-from mlts.runtime.hal import DataLocation, ExecutionResult, Request, RequestArgument, Timing
+from mlts.runtime.hal import DataLocation, Request, RequestArgument, Timing
 from mlts.runtime.service import ServiceDriver
 from mlts.runtime.sync_fence import HAS_EVENTFD, SIGNALLED_ERROR, wait_all
 

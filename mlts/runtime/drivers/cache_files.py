@@ -20,12 +20,12 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from dataclasses import dataclass
 
 import numpy as np
 
 from ... import __version__
+from ...fileio import atomic_write
 from ..enums import ResultCode
 from ..errors import MltsError
 from ..hal import CacheHandles, HalModel
@@ -87,19 +87,7 @@ def write_cache_file(path: str, kind: int, identity: Identity, token: bytes, pay
     """Write atomically (temporary file, then rename; no fsync: a file cut short by a power loss fails
     its length or checksum check and is rewritten); returns the file's size."""
     header = encode_header(kind, identity, token, payload, digest)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".mlts-cache-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(header)
-            f.write(payload)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(path, [header, payload], fsync=False)
     return len(header) + len(payload)
 
 

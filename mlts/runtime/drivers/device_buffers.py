@@ -21,7 +21,7 @@ from ..errors import MltsError, bad_data
 from ..hal import (AllocatedBuffer, BufferDesc, BufferRole, BufferToken, DeviceBuffer, HalModel, PreparedModel,
                    Request)
 from ..memory import Memory
-from ..memory_desc import combine_dimensions, same_operand_kind
+from ..memory_desc import check_dimensions, combine_dimensions, same_operand_kind
 from ..operand_type import OperandType
 
 LOCK_TIMEOUT_S = 5.0  # a buffer busy for longer than this fails the access instead of waiting on
@@ -95,7 +95,7 @@ class ManagedBuffer:
         try:
             if not isinstance(src, Memory):
                 raise bad_data(f"copy_from: expected a Memory, got {type(src).__name__}")
-            dims = _dims(dimensions, "copy_from")
+            dims = check_dimensions(dimensions, "copy_from")
             if not self.type.is_tensor and dims:
                 raise bad_data("copy_from: a scalar buffer takes no dimensions")
             # () = no dimensions given (copying from plain memory): the buffer's own must be known
@@ -192,7 +192,7 @@ def allocate_buffer(driver_name: str, tracker: BufferTracker, desc: BufferDesc,
         hal_models.append(model)
     roles: dict[tuple[int, str, int], PreparedModel] = {}
     operand_type: OperandType | None = None
-    dims = None if desc.dimensions == () else _dims(desc.dimensions, where)
+    dims = None if desc.dimensions == () else check_dimensions(desc.dimensions, where)
     for io, role_list in (("input", input_roles), ("output", output_roles)):
         if not isinstance(role_list, (list, tuple)):
             raise bad_data(f"{where}: {io} roles must be a sequence of BufferRole")
@@ -270,15 +270,6 @@ class RequestBuffers:
     def buffer(self, pool_index: int) -> ManagedBuffer | None:
         return self.by_pool.get(pool_index)
 
-
-def _dims(dimensions: Any, what: str) -> tuple[int, ...]:
-    try:
-        dims = tuple(dimensions)
-    except TypeError:
-        raise bad_data(f"{what}: dimensions must be a sequence of ints, got {dimensions!r}") from None
-    if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 for d in dims):
-        raise bad_data(f"{what}: dimensions must be non-negative ints, got {list(dims)}")
-    return tuple(int(d) for d in dims)
 
 
 __all__ = ["BufferTracker", "ManagedBuffer", "RequestBuffers", "TrackedBuffer", "allocate_buffer", "LOCK_TIMEOUT_S"]

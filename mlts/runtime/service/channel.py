@@ -8,12 +8,13 @@ The byte and descriptor counters let callers (and tests) see what went through t
 from __future__ import annotations
 
 import math
-import os
 import pickle
 import socket
 import struct
 import threading
 from typing import Any, Sequence
+
+from ..sync_fence import close_fds
 
 HEADER = struct.Struct("!QI")  # payload bytes, number of file descriptors
 RECORD_BYTES = 64 * 1024  # one record must fit in the socket's send buffer
@@ -116,7 +117,7 @@ class Channel:
                                         f"{len(fds)} of {nfds} descriptors)")
                 message = pickle.loads(memoryview(buf)[HEADER.size:])
             except BaseException:
-                _close_all(fds)
+                close_fds(fds)
                 raise
             self.bytes_received += len(buf)
             self.fds_received += len(fds)
@@ -132,9 +133,3 @@ class Channel:
         self.sock.close()
 
 
-def _close_all(fds: Sequence[int]) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass

@@ -23,6 +23,7 @@ from .. import vlog
 from ..enums import ResultCode
 from ..errors import MltsError
 from ..memory import Memory
+from ..sync_fence import close_fds
 from .channel import Channel, ChannelClosed, socket_pair
 from .pools import PoolExporter, ScratchPools
 from .protocol import Call, Reply
@@ -148,7 +149,7 @@ class Connection:
                     raise MltsError(ResultCode.OP_FAILED, f"driver service '{self.label}': cannot send {method}: "
                                                           f"{type(e).__name__}: {e}") from None
         finally:
-            _close_fds(fence_fds)  # the service received its own copies with the message
+            close_fds(fence_fds)  # the service received its own copies with the message
         reply = self._wait(call_id, pending, deadline, timeout if timeout is not None else self.call_timeout)
         round_trip_us = (time.perf_counter_ns() - start) // 1000
         if reply.error is not None:
@@ -306,17 +307,10 @@ def _dup_fences(fences: Sequence[int], call: str) -> list[int]:
                 raise MltsError(ResultCode.BAD_DATA, f"{call}: wait_for[{k}] = {fd} cannot be duplicated "
                                                      f"({e.strerror})") from None
     except BaseException:
-        _close_fds(dups)
+        close_fds(dups)
         raise
     return dups
 
-
-def _close_fds(fds: Sequence[int]) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
 
 
 def _stderr_fd() -> int:

@@ -26,6 +26,7 @@ from ..hal_validation import validate_fence_fds, validate_timeout_after_fence
 from .build import build_driver
 from .channel import Channel, ChannelClosed
 from .pools import PoolCache
+from ..sync_fence import close_fds
 from .protocol import Call, Description, Reply, attach_pools
 
 
@@ -60,23 +61,23 @@ class Server:
                     os.close(fd)
                 continue
             if message.method == "shutdown":
-                _close_fds(fds)
+                close_fds(fds)
                 return
             self._release(message)
             try:  # the sync fences are the call's (closed after it), every other descriptor a pool's
                 fences = _fence_fds(message, fds)
             except MltsError as e:
-                _close_fds(fds)
+                close_fds(fds)
                 self._reply(Reply(message.call_id, error=(int(e.code), f"{self.name}: {e.message}")))
                 continue
             try:
                 pools = self.pools.resolve(message.pools, fds, keep=message.fences)
             except MltsError as e:
-                _close_fds(fences)
+                close_fds(fences)
                 self._reply(Reply(message.call_id, error=(int(e.code), f"{self.name}: {e.message}")))
                 continue
             except BaseException:
-                _close_fds(fences)
+                close_fds(fences)
                 raise
             if message.method in ("start", "ping"):
                 self._handle(message, pools, fences)
@@ -84,7 +85,7 @@ class Server:
             try:
                 self._workers.submit(self._handle, message, pools, fences)
             except BaseException as e:  # no thread for it: the call fails, its fences are closed all the same
-                _close_fds(fences)
+                close_fds(fences)
                 self._reply(Reply(message.call_id, error=(int(ResultCode.RESOURCE_EXHAUSTED_TRANSIENT),
                                                           f"{self.name}: {message.method}: {type(e).__name__}: {e}")))
 
@@ -112,7 +113,7 @@ class Server:
         try:
             reply = self._answer(message, pools, list(fences))
         finally:
-            _close_fds(fences)
+            close_fds(fences)
         self._reply(reply)
 
     def _answer(self, message: Call, pools: list, fences: list[int]) -> Reply:
@@ -328,13 +329,6 @@ def _fence_fds(message: Call, fds: list[int]) -> list[int]:
                                              f"the {len(fds)} descriptors that came with the call")
     return [fds[i] for i in indexes]
 
-
-def _close_fds(fds: Sequence[int]) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
 
 
 def _execute(name: str, run, request, measure: bool, deadline, loop_timeout_ns: int) -> ExecutionResult:

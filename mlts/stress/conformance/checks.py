@@ -67,6 +67,10 @@ class Checks:
         self.done.append(Check(name, NOT_APPLICABLE, why))
         self.ctx.log(f"N/A  {name}: {why}")
 
+    def without_model(self) -> dict[str, Any]:
+        """The driver runs none of the conformance models: nothing of it can be checked."""
+        return self.finish(f"{self.ctx.driver} runs none of the conformance models")
+
     def finish(self, note: str = "") -> dict[str, Any]:
         failed = [c for c in self.done if c.verdict == FAIL]
         counts = {v: sum(c.verdict == v for c in self.done) for v in (PASS, FAIL, NOT_APPLICABLE)}

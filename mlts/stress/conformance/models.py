@@ -36,7 +36,8 @@ class ConformanceModel:
 
 
 class Builder:
-    """A few lines per model: operands, constants, referenced models, operations."""
+    """A few lines per model: operands, constants, referenced models, operations (the runtime's control-flow
+    tests build with it too)."""
 
     def __init__(self) -> None:
         self.m = Model()
@@ -52,10 +53,11 @@ class Builder:
         self.m.set_operand_value_from_model(i, model)
         return i
 
-    def op(self, code: OperationCode, inputs: list[int], out_type: OperandType) -> int:
-        out = self.operand(out_type)
-        self.m.add_operation(code, inputs, [out])
-        return out
+    def op(self, code: OperationCode, inputs: list[int], *out_types: OperandType) -> int | list[int]:
+        """One operation; its output operand (a list of them for several out types)."""
+        outs = [self.operand(t) for t in out_types]
+        self.m.add_operation(code, inputs, outs)
+        return outs[0] if len(outs) == 1 else outs
 
     def arith(self, code: OperationCode, a: int, b: int, t: OperandType) -> int:
         return self.op(code, [a, b, self.operand(INT, np.int32(0))], t)
