@@ -212,6 +212,8 @@ class Row:
     top1_cls: str = ""
     agreement_cls: str = ""
     histogram: Any = None
+    cache_ms: float | None = None  # compilation prepared from the driver's cache (MLTS's "with cache")
+    cache_note: str = ""  # saving time, cache size and status, for the cell's title
 
     @property
     def ok(self) -> bool:
@@ -256,6 +258,14 @@ def _row(record: dict, machine: Machine, lane: str, reference: str) -> Row:
               top1=number(acc.get("top1_accuracy")), agreement=number(acc.get("top1_agreement")),
               max_abs_error=number(acc.get("max_abs_error")), cts_pass=cts if isinstance(cts, bool) else None,
               cts_violations=int(viol) if viol is not None else None)
+    cache = _dict(record.get("compilation_cache"))
+    row.cache_ms = number(comp.get("with_cache"))
+    if row.cache_ms is not None:
+        save, size = number(comp.get("save_to_cache")), number(cache.get("size_bytes"))
+        row.cache_note = "; ".join(part for part in (
+            f"saving to an empty cache: {save:.1f} ms" if save is not None else "",
+            f"cache size {size / 1024:.1f} KiB" if size is not None else "",
+            f"status: {cache.get('status')}" if cache.get("status") else "") if part)
     if row.ok:
         row.histogram = svg.histogram_svg(lat.get("histogram"), p50=row.p50, title=f"{row.model} on {lane}")
     return row

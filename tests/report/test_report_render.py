@@ -106,6 +106,13 @@ def test_differences_are_coloured_better_worse_same(doc):
     assert "worse" in cell(q2, "delta-points").classes
 
 
+def test_compilation_from_the_cache_with_saving_time_and_size(doc):
+    row = case_row(doc, "MobileNet v1 · float", "mobilenet_v1_1.0_224", REF)
+    cache = cell(row, "cache")
+    ms = float(cache.text())
+    assert ms > 0 and "cache size 2.0 KiB" in cache.attrs["title"] and "saving to an empty cache" in cache.attrs["title"]
+
+
 def test_unsupported_and_error_rows_in_the_tables(doc):
     row = case_row(doc, FAMILIES[1], "mobilenet_v1_1.0_224_quant", "sample-float-fast")
     assert "status-unsupported" in row.classes and "QUANTIZE" in row.text()
