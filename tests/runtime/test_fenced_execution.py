@@ -80,6 +80,13 @@ class OutsideFence:
             os.close(self.write_fd)
 
 
+@pytest.fixture
+def outside():
+    fence = OutsideFence()
+    yield fence
+    fence.close()
+
+
 def readable(fd: int, timeout: float) -> bool:
     return bool(select.select([fd], [], [], timeout)[0])
 
@@ -96,47 +103,39 @@ def test_a_chain_of_fenced_executions(device):
     np.testing.assert_allclose(s3, (x + y) * y + y, rtol=1e-6)
 
 
-def test_a_dependent_execution_waits_for_a_fence_signalled_from_another_thread(device):
-    outside = OutsideFence()
-    try:
-        dep = Event.from_sync_fence_fd(outside.read_fd)
-        x, y = rand(seed=3), rand(seed=4)
-        out = np.full((3, 4), np.nan, np.float32)
-        event = execution(compiled([ADD], device), x, y, out).start_compute_with_dependencies([dep])
-        time.sleep(HOLD_S)
-        assert not event.is_signalled and np.isnan(out).all()  # held by the unsignalled fence
-        threading.Thread(target=outside.signal).start()
-        event.wait(30)
-        np.testing.assert_allclose(out, x + y, rtol=1e-6)
-        dep.free()
-    finally:
-        outside.close()
+def test_a_dependent_execution_waits_for_a_fence_signalled_from_another_thread(device, outside):
+    dep = Event.from_sync_fence_fd(outside.read_fd)
+    x, y = rand(seed=3), rand(seed=4)
+    out = np.full((3, 4), np.nan, np.float32)
+    event = execution(compiled([ADD], device), x, y, out).start_compute_with_dependencies([dep])
+    time.sleep(HOLD_S)
+    assert not event.is_signalled and np.isnan(out).all()  # held by the unsignalled fence
+    threading.Thread(target=outside.signal).start()
+    event.wait(30)
+    np.testing.assert_allclose(out, x + y, rtol=1e-6)
+    dep.free()
 
 
 # -- export / import -----------------------------------------------------------------------------------------
-def test_exported_fd_becomes_readable_when_the_execution_completes(device):
-    outside = OutsideFence()
+def test_exported_fd_becomes_readable_when_the_execution_completes(device, outside):
+    gate = Event.from_sync_fence_fd(outside.read_fd)
+    x, y = rand(seed=5), rand(seed=6)
+    out = np.empty((3, 4), np.float32)
+    event = execution(compiled([ADD], device), x, y, out).start_compute_with_dependencies([gate])
+    fd = event.get_sync_fence_fd()
     try:
-        gate = Event.from_sync_fence_fd(outside.read_fd)
-        x, y = rand(seed=5), rand(seed=6)
-        out = np.empty((3, 4), np.float32)
-        event = execution(compiled([ADD], device), x, y, out).start_compute_with_dependencies([gate])
-        fd = event.get_sync_fence_fd()
-        try:
-            assert fd not in (outside.read_fd, event._fence.fileno())  # a new descriptor, the caller's
-            assert not readable(fd, 0.05)
-            outside.signal()
-            assert readable(fd, 30)
-            event.wait(30)
-            imported = Event.from_sync_fence_fd(fd)  # round trip: the same fence, another Event
-            imported.wait(5)
-            assert imported.is_signalled
-            imported.free()
-        finally:
-            os.close(fd)
-        np.testing.assert_allclose(out, x + y, rtol=1e-6)
+        assert fd not in (outside.read_fd, event._fence.fileno())  # a new descriptor, the caller's
+        assert not readable(fd, 0.05)
+        outside.signal()
+        assert readable(fd, 30)
+        event.wait(30)
+        imported = Event.from_sync_fence_fd(fd)  # round trip: the same fence, another Event
+        imported.wait(5)
+        assert imported.is_signalled
+        imported.free()
     finally:
-        outside.close()
+        os.close(fd)
+    np.testing.assert_allclose(out, x + y, rtol=1e-6)
 
 
 CHILD = textwrap.dedent("""
@@ -152,27 +151,23 @@ CHILD = textwrap.dedent("""
 """).format(hold=HOLD_S)
 
 
-def test_fences_cross_to_another_process(device):
+def test_fences_cross_to_another_process(device, outside):
     """The child signals our dependency's fence, then waits on the execution's exported fence."""
-    outside = OutsideFence()
+    dep = Event.from_sync_fence_fd(outside.read_fd)
+    x, y = rand(seed=7), rand(seed=8)
+    out = np.full((3, 4), np.nan, np.float32)
+    event = execution(compiled([MUL], device), x, y, out).start_compute_with_dependencies([dep])
+    exported = event.get_sync_fence_fd()
     try:
-        dep = Event.from_sync_fence_fd(outside.read_fd)
-        x, y = rand(seed=7), rand(seed=8)
-        out = np.full((3, 4), np.nan, np.float32)
-        event = execution(compiled([MUL], device), x, y, out).start_compute_with_dependencies([dep])
-        exported = event.get_sync_fence_fd()
-        try:
-            child = subprocess.Popen([sys.executable, "-c", CHILD, str(exported), str(outside.write_fd),
-                                      "1" if HAS_EVENTFD else "0"],
-                                     pass_fds=(exported, outside.write_fd), stdout=subprocess.PIPE, text=True)
-            stdout, _ = child.communicate(timeout=60)
-        finally:
-            os.close(exported)
-        assert child.returncode == 0 and stdout.strip() == "signalled"
-        event.wait(5)
-        np.testing.assert_allclose(out, x * y, rtol=1e-6)
+        child = subprocess.Popen([sys.executable, "-c", CHILD, str(exported), str(outside.write_fd),
+                                  "1" if HAS_EVENTFD else "0"],
+                                 pass_fds=(exported, outside.write_fd), stdout=subprocess.PIPE, text=True)
+        stdout, _ = child.communicate(timeout=60)
     finally:
-        outside.close()
+        os.close(exported)
+    assert child.returncode == 0 and stdout.strip() == "signalled"
+    event.wait(5)
+    np.testing.assert_allclose(out, x * y, rtol=1e-6)
 
 
 def test_invalid_fences_are_rejected():
@@ -226,89 +221,69 @@ def test_a_failed_dependency_fails_the_chain_after_it(register, device):
 
 
 @pytest.mark.skipif(not HAS_EVENTFD, reason="a pipe fence carries no failure status")
-def test_an_outside_fence_signalled_with_an_error_fails_the_dependent(device):
-    outside = OutsideFence()
-    try:
-        dep = Event.from_sync_fence_fd(outside.read_fd)
-        out = np.full((3, 4), np.nan, np.float32)
-        event = execution(compiled([ADD], device), rand(), rand(), out).start_compute_with_dependencies([dep])
-        outside.signal(SIGNALLED_ERROR)
-        with pytest.raises(MltsError) as e:
-            event.wait(30)
-        assert e.value.code == ResultCode.OP_FAILED and np.isnan(out).all()
-    finally:
-        outside.close()
+def test_an_outside_fence_signalled_with_an_error_fails_the_dependent(device, outside):
+    dep = Event.from_sync_fence_fd(outside.read_fd)
+    out = np.full((3, 4), np.nan, np.float32)
+    event = execution(compiled([ADD], device), rand(), rand(), out).start_compute_with_dependencies([dep])
+    outside.signal(SIGNALLED_ERROR)
+    with pytest.raises(MltsError) as e:
+        event.wait(30)
+    assert e.value.code == ResultCode.OP_FAILED and np.isnan(out).all()
 
 
 # -- timeouts --------------------------------------------------------------------------------------------------
-def test_the_fence_timeout_counts_from_the_dependencies_signalled(device):
-    outside = OutsideFence()
-    try:
-        dep = Event.from_sync_fence_fd(outside.read_fd)
-        x, y = rand(seed=9), rand(seed=10)
-        out = np.full((3, 4), np.nan, np.float32)
-        # 1 s after the fences: met, however long the dependency is held before that.
-        event = execution(compiled([ADD], device), x, y, out).start_compute_with_dependencies(
-            [dep], timeout_ns=10**9)
-        time.sleep(HOLD_S * 2)
-        outside.signal()
+def test_the_fence_timeout_counts_from_the_dependencies_signalled(device, outside):
+    dep = Event.from_sync_fence_fd(outside.read_fd)
+    x, y = rand(seed=9), rand(seed=10)
+    out = np.full((3, 4), np.nan, np.float32)
+    # 1 s after the fences: met, however long the dependency is held before that.
+    event = execution(compiled([ADD], device), x, y, out).start_compute_with_dependencies(
+        [dep], timeout_ns=10**9)
+    time.sleep(HOLD_S * 2)
+    outside.signal()
+    event.wait(30)
+    np.testing.assert_allclose(out, x + y, rtol=1e-6)
+
+
+def test_the_execution_timeout_counts_from_the_call(device, outside):
+    dep = Event.from_sync_fence_fd(outside.read_fd)
+    out = np.full((3, 4), np.nan, np.float32)
+    ex = execution(compiled([ADD], device), rand(), rand(), out)
+    ex.set_timeout(int(HOLD_S / 2 * 1e9))  # passes while the dependency is held
+    event = ex.start_compute_with_dependencies([dep])
+    time.sleep(HOLD_S)
+    outside.signal()
+    with pytest.raises(MltsError) as e:
         event.wait(30)
-        np.testing.assert_allclose(out, x + y, rtol=1e-6)
-    finally:
-        outside.close()
+    assert e.value.code in (ResultCode.MISSED_DEADLINE_PERSISTENT, ResultCode.MISSED_DEADLINE_TRANSIENT)
+    assert np.isnan(out).all()
 
 
-def test_the_execution_timeout_counts_from_the_call(device):
-    outside = OutsideFence()
-    try:
-        dep = Event.from_sync_fence_fd(outside.read_fd)
-        out = np.full((3, 4), np.nan, np.float32)
-        ex = execution(compiled([ADD], device), rand(), rand(), out)
-        ex.set_timeout(int(HOLD_S / 2 * 1e9))  # passes while the dependency is held
-        event = ex.start_compute_with_dependencies([dep])
-        time.sleep(HOLD_S)
-        outside.signal()
-        with pytest.raises(MltsError) as e:
-            event.wait(30)
-        assert e.value.code in (ResultCode.MISSED_DEADLINE_PERSISTENT, ResultCode.MISSED_DEADLINE_TRANSIENT)
-        assert np.isnan(out).all()
-    finally:
-        outside.close()
-
-
-def test_event_wait_timeout_on_an_unsignalled_fence():
-    outside = OutsideFence()
-    try:
-        with pytest.raises(MltsError) as e:
-            Event.from_sync_fence_fd(outside.read_fd).wait(0.01)
-        assert e.value.code == ResultCode.MISSED_DEADLINE_TRANSIENT
-    finally:
-        outside.close()
+def test_event_wait_timeout_on_an_unsignalled_fence(outside):
+    with pytest.raises(MltsError) as e:
+        Event.from_sync_fence_fd(outside.read_fd).wait(0.01)
+    assert e.value.code == ResultCode.MISSED_DEADLINE_TRANSIENT
 
 
 # -- timing ------------------------------------------------------------------------------------------------------
-def test_timing_launched_and_fenced_are_sane_and_ordered(device):
-    outside = OutsideFence()
-    try:
-        dep = Event.from_sync_fence_fd(outside.read_fd)
-        ex = execution(compiled([ADD] * 3, device), rand(), rand(), np.empty((3, 4), np.float32))
-        ex.set_measure_timing(True)
-        launched = time.perf_counter_ns()
-        event = ex.start_compute_with_dependencies([dep])
-        time.sleep(HOLD_S)
-        outside.signal()
-        event.wait(30)
-        wall = time.perf_counter_ns() - launched
-        d = {code: ex.get_duration(code) for code in DurationCode}
-        assert NO_TIMING not in d.values(), d
-        # timingLaunched: from the launch to the signal, so it includes the time the fence was held.
-        assert HOLD_S * 1e9 <= d[DurationCode.IN_DRIVER] <= wall
-        # timingFenced: from the dependencies signalled to the signal, so it excludes it.
-        assert d[DurationCode.FENCED_IN_DRIVER] < d[DurationCode.IN_DRIVER] - HOLD_S * 1e9 * 0.9
-        assert d[DurationCode.FENCED_ON_HARDWARE] <= d[DurationCode.FENCED_IN_DRIVER]
-        assert d[DurationCode.ON_HARDWARE] == d[DurationCode.FENCED_ON_HARDWARE]
-    finally:
-        outside.close()
+def test_timing_launched_and_fenced_are_sane_and_ordered(device, outside):
+    dep = Event.from_sync_fence_fd(outside.read_fd)
+    ex = execution(compiled([ADD] * 3, device), rand(), rand(), np.empty((3, 4), np.float32))
+    ex.set_measure_timing(True)
+    launched = time.perf_counter_ns()
+    event = ex.start_compute_with_dependencies([dep])
+    time.sleep(HOLD_S)
+    outside.signal()
+    event.wait(30)
+    wall = time.perf_counter_ns() - launched
+    d = {code: ex.get_duration(code) for code in DurationCode}
+    assert NO_TIMING not in d.values(), d
+    # timingLaunched: from the launch to the signal, so it includes the time the fence was held.
+    assert HOLD_S * 1e9 <= d[DurationCode.IN_DRIVER] <= wall
+    # timingFenced: from the dependencies signalled to the signal, so it excludes it.
+    assert d[DurationCode.FENCED_IN_DRIVER] < d[DurationCode.IN_DRIVER] - HOLD_S * 1e9 * 0.9
+    assert d[DurationCode.FENCED_ON_HARDWARE] <= d[DurationCode.FENCED_IN_DRIVER]
+    assert d[DurationCode.ON_HARDWARE] == d[DurationCode.FENCED_ON_HARDWARE]
 
 
 def test_no_timing_unless_measured():
@@ -594,36 +569,32 @@ def test_start_compute_with_dependencies_reaches_the_drivers_execute_fenced(regi
     assert len(spy.fenced_calls) == 2 and len(spy.executed_steps) == 3
 
 
-def test_the_drivers_timing_fenced_is_preferred_and_a_malformed_one_ignored(register):
-    outside = OutsideFence()
-    try:
-        cases = ((Timing(7, 11), (7_000, 11_000)), (Timing("x", -1), None), (None, None))
-        for k, (reported, expect) in enumerate(cases):
-            spy = FencedSpyDriver(f"fenced-spy-{k}", report_fenced=reported)
-            (dev,) = register(spy)
-            dep = Event.from_sync_fence_fd(outside.read_fd)
-            ex = execution(compiled([ADD], dev), rand(), rand(), np.empty((3, 4), np.float32))
-            ex.set_measure_timing(True)
-            event = ex.start_compute_with_dependencies([dep])
-            time.sleep(HOLD_S)
-            outside.signal()
-            event.wait(30)
-            d = {code: ex.get_duration(code) for code in DurationCode}
-            assert NO_TIMING not in d.values(), d
-            if expect is not None:  # the driver's own timingFenced
-                assert (d[DurationCode.FENCED_ON_HARDWARE], d[DurationCode.FENCED_IN_DRIVER]) == expect
-            else:  # the runtime's: from the dependencies signalled to the end
-                assert d[DurationCode.FENCED_IN_DRIVER] < d[DurationCode.IN_DRIVER] - HOLD_S * 1e9 * 0.9
-                assert d[DurationCode.FENCED_ON_HARDWARE] <= d[DurationCode.FENCED_IN_DRIVER]
-            assert d[DurationCode.IN_DRIVER] >= HOLD_S * 1e9
-            assert d[DurationCode.IN_DRIVER] >= d[DurationCode.FENCED_IN_DRIVER]
-            dep.free()
-            if HAS_EVENTFD:
-                os.eventfd_read(outside.read_fd)  # unsignalled again for the next round
-            else:
-                os.read(outside.read_fd, 16)
-    finally:
-        outside.close()
+def test_the_drivers_timing_fenced_is_preferred_and_a_malformed_one_ignored(register, outside):
+    cases = ((Timing(7, 11), (7_000, 11_000)), (Timing("x", -1), None), (None, None))
+    for k, (reported, expect) in enumerate(cases):
+        spy = FencedSpyDriver(f"fenced-spy-{k}", report_fenced=reported)
+        (dev,) = register(spy)
+        dep = Event.from_sync_fence_fd(outside.read_fd)
+        ex = execution(compiled([ADD], dev), rand(), rand(), np.empty((3, 4), np.float32))
+        ex.set_measure_timing(True)
+        event = ex.start_compute_with_dependencies([dep])
+        time.sleep(HOLD_S)
+        outside.signal()
+        event.wait(30)
+        d = {code: ex.get_duration(code) for code in DurationCode}
+        assert NO_TIMING not in d.values(), d
+        if expect is not None:  # the driver's own timingFenced
+            assert (d[DurationCode.FENCED_ON_HARDWARE], d[DurationCode.FENCED_IN_DRIVER]) == expect
+        else:  # the runtime's: from the dependencies signalled to the end
+            assert d[DurationCode.FENCED_IN_DRIVER] < d[DurationCode.IN_DRIVER] - HOLD_S * 1e9 * 0.9
+            assert d[DurationCode.FENCED_ON_HARDWARE] <= d[DurationCode.FENCED_IN_DRIVER]
+        assert d[DurationCode.IN_DRIVER] >= HOLD_S * 1e9
+        assert d[DurationCode.IN_DRIVER] >= d[DurationCode.FENCED_IN_DRIVER]
+        dep.free()
+        if HAS_EVENTFD:
+            os.eventfd_read(outside.read_fd)  # unsignalled again for the next round
+        else:
+            os.read(outside.read_fd, 16)
 
 
 def test_partitioned_plans_and_cpu_fallback_keep_their_paths(register):
