@@ -11,12 +11,16 @@ performance benchmark. The rules (see `Thresholds` for the numbers):
   `accuracy_fail_points` percentage points, WARNs above `accuracy_warn_points`. A CTS verdict that
   turns from pass to fail is a FAIL.
 - a case that ran (ok) and now errors or is unsupported: FAIL.
+- a current "ok" record without a usable median (missing, NaN, infinite, negative, not a number) or
+  with an accuracy metric that is not a finite number: FAIL (nothing was measured that could pass);
+  the same in the baseline: WARN (the case cannot be judged). Neither ever passes silently.
 - a case only in one of the two (new or missing): WARN; a case that did not run in either: PASS.
 """
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
@@ -63,25 +67,27 @@ class Thresholds:
         return (f"latency (median) WARN > {self.latency_warn_pct:g}%, FAIL > {self.latency_fail_pct:g}% "
                 f"when beyond noise ({self.noise_k:g} x the larger run spread, spread = max(p90 - p50, std/sqrt(n))); "
                 f"accuracy drop WARN > {self.accuracy_warn_points:g}, FAIL > {self.accuracy_fail_points:g} points; "
-                "CTS pass -> fail and ok -> error: FAIL; new or missing case: WARN")
+                "CTS pass -> fail and ok -> error: FAIL; a current median that is missing, NaN, infinite or "
+                "negative, or an accuracy that is not a finite number: FAIL (in the baseline: WARN); "
+                "new or missing case: WARN")
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def spread_ms(latency: dict | None) -> float:
-    """A run's own variability: max(p90 - p50, std / sqrt(count)), 0 when unknown."""
+    """A run's own variability: max(p90 - p50, std / sqrt(count)), 0 when unknown (or not finite)."""
     if not latency:
         return 0.0
     try:
         upper = float(latency["p90_ms"]) - float(latency["p50_ms"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         upper = 0.0
     try:
         sem = float(latency["std_ms"]) / math.sqrt(int(latency["count"]))
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+    except (KeyError, TypeError, ValueError, OverflowError, ZeroDivisionError):
         sem = 0.0
-    return max(upper, sem, 0.0)
+    return max([v for v in (upper, sem) if math.isfinite(v)] + [0.0])
 
 
 @dataclass
@@ -116,7 +122,18 @@ class Row:
         self.reasons.append(reason)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return _finite(asdict(self))
+
+
+def _finite(v):
+    """JSON has no NaN or infinity: such a float (an overflowing delta) becomes null."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
 
 
 @dataclass
@@ -159,18 +176,30 @@ class Comparison:
             label = "All cases pass" if not flagged else f"{len(passing)} passing case(s)"
             out += ["<details>", f"<summary>{label}</summary>", ""] + _table(passing, show_pref) + ["", "</details>", ""]
         if self.notes:
-            out += ["Notes:", ""] + [f"- {_cell(n)}" for n in self.notes] + [""]
+            out += ["Notes:", ""] + [f"- {md_escape(n)}" for n in self.notes] + [""]
         return "\n".join(out)
 
 
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+#: Inline Markdown inside a table cell (never at a line start, so #, -, + and 1. cannot start a block).
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$])")
+_MD_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def md_escape(text: object) -> str:
+    """Record text (driver and model names, messages) as literal Markdown in one table cell: line
+    breaks and control characters become spaces, HTML characters entities, and every character that
+    Markdown or a GFM table gives a meaning (pipes, backticks, emphasis, links, $ math) is escaped."""
+    s = re.sub(r"[\x00-\x1f\x7f\u2028\u2029]+", " ", str(text)).strip()
+    s = _MD_SPECIAL.sub(r"\\\1", s)
+    s = re.sub(r"^([#+=-])", r"\\\1", re.sub(r"^(\d+)([.)])", r"\1\\\2", s))  # no block at a list item's start
+    return re.sub(r"[&<>]", lambda m: _MD_HTML[m.group()], s)
+
 
 
 def _ms(v: float | None) -> str:
     if v is None:
         return "-"
-    return f"{v:.2f}" if abs(v) >= 1 else f"{v:.3g}"
+    return f"{v:.2f}" if 1 <= abs(v) < 1e6 else f"{v:.3g}"
 
 
 def _top1(r: Row) -> str:
@@ -193,9 +222,11 @@ def _table(rows: list[Row], show_pref: bool) -> list[str]:
         delta = f"{r.delta_pct:+.1f}%" if r.delta_pct is not None else "-"
         err = (f"{r.baseline_max_abs_error:.3g} → {r.current_max_abs_error:.3g}"
                if r.baseline_max_abs_error is not None and r.current_max_abs_error is not None else "-")
-        cells = [r.verdict, r.model, r.driver, r.mode] + ([r.preference] if show_pref else []) + [
-            latency, delta, _top1(r), err, "; ".join(r.reasons) or "-"]
-        lines.append("| " + " | ".join(_cell(x) for x in cells) + " |")
+        # Record text is escaped; the numbers are formatted here and hold nothing to escape.
+        names = [r.model, r.driver, r.mode] + ([r.preference] if show_pref else [])
+        cells = [r.verdict] + [md_escape(x) for x in names] + [
+            latency, delta, _top1(r), err, md_escape("; ".join(r.reasons)) or "-"]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -215,18 +246,42 @@ def _latest(records: Iterable[dict], which: str, notes: list[str]) -> dict[CaseK
 
 
 def _number(d: dict | None, name: str) -> float | None:
-    if not d:
+    """A finite number, else None (NaN or infinity compares as nothing, so it can never pass)."""
+    v = d.get(name) if isinstance(d, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    v = d.get(name)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    try:
+        v = float(v)
+    except OverflowError:  # an integer beyond float
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _unusable(d: dict | None, name: str, *, negative_ok: bool = True) -> str | None:
+    """Why `d[name]` is not a usable measurement ("is missing", "is NaN", ...); None when it is."""
+    v = d.get(name) if isinstance(d, dict) else None
+    if v is None:
+        return "is missing"
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return f"is not a number ({str(v)[:40]!r})"
+    n = _number(d, name)
+    if n is None:
+        return "is NaN" if isinstance(v, float) and math.isnan(v) else "is not finite"
+    if n < 0 and not negative_ok:
+        return f"is negative ({n:g} ms)"
+    return None
 
 
 def _compare_latency(row: Row, base: dict, cur: dict, t: Thresholds) -> None:
-    bl, cl = base.get("latency") or {}, cur.get("latency") or {}
-    b, c = _number(bl, "p50_ms"), _number(cl, "p50_ms")
+    bl, cl = _dict(base.get("latency")), _dict(cur.get("latency"))
+    b_bad, c_bad = _unusable(bl, "p50_ms", negative_ok=False), _unusable(cl, "p50_ms", negative_ok=False)
+    b, c = (None if b_bad else _number(bl, "p50_ms")), (None if c_bad else _number(cl, "p50_ms"))
     row.baseline_p50_ms, row.current_p50_ms = b, c
-    if b is None or c is None:
-        row.flag(WARN, "median latency missing")
+    if c_bad:
+        row.flag(FAIL, f"current median latency {c_bad}: not a valid measurement")
+    if b_bad:
+        row.flag(WARN, f"baseline median latency {b_bad}; latency not judged")
+    if b_bad or c_bad:
         return
     row.delta_ms = c - b
     row.noise_ms = t.noise_k * max(spread_ms(bl), spread_ms(cl))
@@ -244,10 +299,16 @@ def _compare_latency(row: Row, base: dict, cur: dict, t: Thresholds) -> None:
 
 
 def _compare_accuracy(row: Row, base: dict, cur: dict, t: Thresholds) -> None:
-    ba, ca = base.get("accuracy") or {}, cur.get("accuracy") or {}
+    ba, ca = _dict(base.get("accuracy")), _dict(cur.get("accuracy"))
     for name in ACCURACY_METRICS:
         b, c = _number(ba, name), _number(ca, name)
-        if b is None and c is None:
+        b_bad = ba.get(name) is not None and _unusable(ba, name)
+        c_bad = ca.get(name) is not None and _unusable(ca, name)
+        if c_bad:
+            row.flag(FAIL, f"current {name} {c_bad}: not a valid measurement")
+        if b_bad:
+            row.flag(WARN, f"baseline {name} {b_bad}; not judged")
+        if b_bad or c_bad or (b is None and c is None):
             continue
         drop = None if b is None or c is None else round(100.0 * (b - c), 9)
         row.accuracy[name] = {"baseline": b, "current": c, "delta_points": None if drop is None else -drop}
@@ -271,6 +332,10 @@ def _compare_accuracy(row: Row, base: dict, cur: dict, t: Thresholds) -> None:
             row.flag(WARN, "outside CTS tolerance (not checked in baseline)")
         else:
             row.reasons.append("still outside CTS tolerance")
+
+
+def _dict(v: object) -> dict:
+    return v if isinstance(v, dict) else {}
 
 
 def _compare_case(row: Row, base: dict | None, cur: dict | None, t: Thresholds) -> None:

@@ -6,6 +6,7 @@ malformed results file, a bad threshold), with a one-line error naming the file 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from mlts.runtime import MltsError, ResultCode
@@ -26,8 +27,10 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
                     "median latency and accuracy deltas, a PASS/WARN/FAIL verdict per case and overall. "
                     "A latency change within the runs' own spread is never a regression. "
                     "Exit status: 0 PASS or WARN, 1 FAIL, 2 unreadable input.")
-    p.add_argument("baseline", help="baseline run directory or results.jsonl (comma-separate to merge several)")
-    p.add_argument("current", help="current run directory or results.jsonl (comma-separate to merge several)")
+    p.add_argument("baseline", help="baseline run directory or results.jsonl (comma-separate to merge several; "
+                        "a path that exists is never split)")
+    p.add_argument("current", help="current run directory or results.jsonl (comma-separate to merge several; "
+                        "a path that exists is never split)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON instead of markdown")
     p.add_argument("--markdown", metavar="FILE", help="also write the markdown summary to FILE (for a CI comment)")
     p.add_argument("--latency-warn", type=float, default=d.latency_warn_pct, metavar="PCT",
@@ -46,8 +49,20 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _paths(arg: str) -> list[str]:
-    return [part for part in arg.split(",") if part] or [arg]
+def split_paths(arg: str) -> list[str]:
+    """The run directories / results files one argument names: itself when it exists (a directory
+    name may hold commas), else its comma-separated pieces, each the longest run of pieces that
+    exists ("a,b,c" with a directory "a,b" is ["a,b", "c"]); a piece that exists nowhere is kept as
+    is, so the reader's error names it."""
+    if not arg or os.path.exists(arg):
+        return [arg]
+    parts, out, i = arg.split(","), [], 0
+    while i < len(parts):
+        j = next((j for j in range(len(parts), i + 1, -1) if os.path.exists(",".join(parts[i:j]))), i + 1)
+        if ",".join(parts[i:j]):
+            out.append(",".join(parts[i:j]))
+        i = j
+    return out or [arg]
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -56,8 +71,8 @@ def run_compare(args: argparse.Namespace) -> int:
         thresholds = Thresholds(latency_warn_pct=args.latency_warn, latency_fail_pct=args.latency_fail,
                                 accuracy_warn_points=args.accuracy_warn, accuracy_fail_points=args.accuracy_fail,
                                 noise_k=args.noise_k)
-        baseline = read_results(_paths(args.baseline))
-        current = read_results(_paths(args.current))
+        baseline = read_results(split_paths(args.baseline))
+        current = read_results(split_paths(args.current))
         for side, results in ((args.baseline, baseline), (args.current, current)):
             if not results.benchmark_records():
                 raise MltsError(ResultCode.BAD_DATA, f"{side}: no benchmark records")

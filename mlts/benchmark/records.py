@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 
 from mlts.runtime import MltsError, ResultCode
 
-from ..fileio import atomic_write
+from ..fileio import atomic_write, make_dir, write_error
 
 SCHEMA_VERSION = 1
 BENCHMARK = "benchmark"
@@ -57,8 +57,7 @@ def new_run_dir(base: str | os.PathLike = "reports") -> Path:
     for n in range(1, 1000):
         candidate = base / (stamp if n == 1 else f"{stamp}-{n}")
         try:
-            candidate.mkdir(parents=True, exist_ok=False)
-            return candidate
+            return make_dir(candidate, exist_ok=False)  # WriteError: read-only, full, a file in the way
         except FileExistsError:
             continue
     raise MltsError(ResultCode.BAD_STATE, f"cannot create a new run directory under {base}")
@@ -276,8 +275,50 @@ def _results_file(path: str | os.PathLike) -> tuple[Path, Path]:
     return p, p.parent
 
 
-def _parse_lines(data: bytes, path: Path) -> tuple[list[dict], int, bool]:
-    """(records, bytes of complete lines, truncated last line?) of a results file's contents."""
+#: Records are a few levels deep; a line nested deeper (or with an absurdly long integer) is not a
+#: record mlts wrote, and walking it could exhaust the stack of a reader, the report or the CSV export.
+MAX_RECORD_DEPTH = 32
+MAX_INT_DIGITS = 64
+
+
+class _Pathological(ValueError):
+    """A line that is JSON, or starts like it, but that no reader should walk."""
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _Pathological(f"an integer of {len(text)} digits")
+    return int(text)
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Is `value` nested more than `limit` levels deep? Iterative, so it cannot recurse too deep itself."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return False
+
+
+def _load_line(raw: bytes) -> Any:
+    """One line's JSON value; _Pathological for lines too deep or with too long numbers to trust."""
+    try:
+        value = json.loads(raw.decode("utf-8"), parse_int=_parse_int)
+    except RecursionError:
+        raise _Pathological(f"nested more than {MAX_RECORD_DEPTH} levels deep") from None
+    if _depth_exceeds(value, MAX_RECORD_DEPTH):
+        raise _Pathological(f"nested more than {MAX_RECORD_DEPTH} levels deep")
+    return value
+
+
+def _parse_lines(data: bytes, path: Path, problems: list[str] | None = None) -> tuple[list[dict], int, bool]:
+    """(records, bytes of complete lines, truncated last line?) of a results file's contents.
+
+    Pathological lines (nested too deep, absurd numbers) are skipped, each noted in `problems`.
+    """
     records: list[dict] = []
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline
@@ -286,7 +327,11 @@ def _parse_lines(data: bytes, path: Path) -> tuple[list[dict], int, bool]:
         if not raw.strip():
             continue
         try:
-            rec = json.loads(raw.decode("utf-8"))
+            rec = _load_line(raw)
+        except _Pathological as e:
+            if problems is not None:
+                problems.append(f"{path}:{lineno}: skipped a line that is not a usable record ({e})")
+            continue
         except (UnicodeDecodeError, ValueError) as e:
             raise _bad(f"{path}:{lineno}: not a JSON record ({e})") from None
         try:
@@ -299,7 +344,7 @@ def _parse_lines(data: bytes, path: Path) -> tuple[list[dict], int, bool]:
         # A last line without its newline: complete JSON (a hand-edited file) is kept, anything else
         # is what a killed writer left and is reported, not fatal.
         try:
-            rec = json.loads(tail.decode("utf-8"))
+            rec = _load_line(tail)
             validate_record(rec)
             records.append(rec)
             good_len = len(data)
@@ -326,8 +371,8 @@ def _read_environment(run_dir: Path, problems: list[str]) -> dict | None:
 def read_results(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> Results:
     """Read and merge run directories and/or results.jsonl files (several machines, drivers or runs).
 
-    A truncated last line (a killed run) is skipped and reported in `problems`; anything else that is
-    wrong (a missing file, a corrupt line in the middle, a bad field) raises MltsError(BAD_DATA)
+    A truncated last line (a killed run) and pathological lines (nested too deep, integers of absurd
+    length) are skipped and reported in `problems`; anything else that is wrong (a missing file, a corrupt line in the middle, a bad field) raises MltsError(BAD_DATA)
     naming the file and line. The same file given twice is read once.
     """
     if isinstance(paths, (str, os.PathLike)):
@@ -344,7 +389,7 @@ def read_results(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> Resu
             data = f.read_bytes()
         except OSError as e:
             raise _bad(f"{f}: cannot read ({e.strerror or e})") from None
-        records, _, truncated = _parse_lines(data, f)
+        records, _, truncated = _parse_lines(data, f, out.problems)
         src = Source(path=f, run_dir=run_dir, environment=_read_environment(run_dir, out.problems),
                      records=len(records), truncated=truncated)
         if truncated:
@@ -364,7 +409,9 @@ class ResultsWriter:
     On resume the records already there tell which cases are done (`is_done`), so a rerun skips
     them; with `retry_errors` a case that ended in "error" is not done and is run again (readers
     take the later record). A truncated last line left by a killed run is cut off first (and noted
-    in `notes`). An exclusive lock keeps two mlts processes from writing one run directory.
+    in `notes`). An exclusive lock keeps two mlts processes from writing one run directory. A write
+    that fails (a full or read-only disk) raises fileio.WriteError naming the file, with the file cut
+    back to its previous length.
     """
 
     def __init__(self, run_dir: str | os.PathLike, *, run_id: str | None = None, retry_errors: bool = False):
@@ -374,11 +421,11 @@ class ResultsWriter:
         self.notes: list[str] = []
         self.done: set[CaseKey] = set()
         self.existing = 0
+        make_dir(self.run_dir)
         try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
             self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as e:
-            raise _bad(f"{self.path}: cannot open for writing ({e.strerror or e})") from None
+            raise write_error(self.path, e) from None
         try:
             self._lock()
             previous_run_id = self._resume()
@@ -411,13 +458,16 @@ class ResultsWriter:
             chunks.append(chunk)
         data = b"".join(chunks)
         records, good_len, truncated = _parse_lines(data, self.path)
-        if truncated:
-            os.ftruncate(self._fd, good_len)
-            os.fsync(self._fd)
-            self.notes.append(f"{self.path}: removed a truncated last line ({len(data) - good_len} bytes) "
-                              "left by an interrupted run; that case will run again")
-        elif not data.endswith(b"\n"):
-            os.write(self._fd, b"\n")  # a complete last record without its newline
+        try:
+            if truncated:
+                os.ftruncate(self._fd, good_len)
+                os.fsync(self._fd)
+                self.notes.append(f"{self.path}: removed a truncated last line ({len(data) - good_len} bytes) "
+                                  "left by an interrupted run; that case will run again")
+            elif not data.endswith(b"\n"):
+                self._append(b"\n")  # a complete last record without its newline
+        except OSError as e:
+            raise write_error(self.path, e) from None
         self.existing = len(records)
         run_id = None
         for r in records:
@@ -454,15 +504,32 @@ class ResultsWriter:
             d["timestamp"] = utc_now()
         validate_record(d)
         line = (json.dumps(d, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
-        view = memoryview(line)
-        while view:  # one write(2) in practice; the loop only guards against a short write
-            n = os.write(self._fd, view)
-            view = view[n:]
-        os.fsync(self._fd)
+        try:
+            self._append(line)
+        except OSError as e:  # a full or failing disk: the file is back as it was, the caller is told why
+            raise write_error(self.path, e) from None
         key = _done_key(d, self.retry_errors)
         if key is not None:
             self.done.add(key)
         return d
+
+    def _append(self, data: bytes) -> None:
+        """Append `data` whole and fsync it, or leave the file at its previous length: a write that fails
+        half way (a full disk, an interrupt) is cut off, so no reader ever sees half a record."""
+        assert self._fd is not None
+        before = os.fstat(self._fd).st_size
+        view = memoryview(data)
+        try:
+            while view:  # one write(2) in practice; the loop only guards against a short write
+                n = os.write(self._fd, view)
+                view = view[n:]
+            os.fsync(self._fd)
+        except BaseException:
+            try:
+                os.ftruncate(self._fd, before)
+            except OSError:  # cannot even truncate: a reader reports the partial line, a resume cuts it off
+                pass
+            raise
 
     def close(self) -> None:
         if self._fd is not None:

@@ -20,7 +20,10 @@ from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
 from . import svg
 
 STRESS = "stress"
-STRESS_OUTCOMES = ("SUCCESS", "FAILURE", "HANG", "CRASH")
+#: SKIPPED: the test could not exercise the driver (never a success: see DriverSummary).
+STRESS_OUTCOMES = ("SUCCESS", "SKIPPED", "FAILURE", "HANG", "CRASH")
+SKIPPED = "SKIPPED"
+NOT_TESTED = "NOT TESTED"
 CONFORMANCE = "conformance"
 CHECK_VERDICTS = ("pass", "fail", "n/a")
 #: A latency difference within this many percent of the reference's (or within the runs' own
@@ -43,9 +46,7 @@ _PHASE_NAMES = {k for k, _ in PHASES}
 
 def number(v: Any) -> float | None:
     """A finite JSON number, else None: records from other versions or hands may hold anything."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return None
-    return float(v)
+    return svg.finite_number(v)
 
 
 def _dict(v: Any) -> dict:
@@ -57,25 +58,30 @@ def _no_negative_zero(v: float, digits: int) -> float:
     return 0.0 if round(v, digits) == 0 else v
 
 
-def fmt_pct(v: float | None, signed: bool = True) -> str:
-    if v is None:
+def _one_decimal(v: Any, signed: bool) -> str:
+    """v with one decimal ("+" when signed); "–" for no finite number, 3 significant digits when absurdly large."""
+    n = number(v)
+    if n is None:
         return "–"
-    v = _no_negative_zero(v, 1)
-    if v == 0:
-        return "0.0%"
-    return f"{v:+.1f}%" if signed else f"{v:.1f}%"
+    if abs(n) >= 1e6:
+        return f"{n:+.3g}" if signed else f"{n:.3g}"
+    n = _no_negative_zero(n, 1)
+    return "0.0" if n == 0 else (f"{n:+.1f}" if signed else f"{n:.1f}")
+
+
+def fmt_pct(v: float | None, signed: bool = True) -> str:
+    text = _one_decimal(v, signed)
+    return text if text == "–" else text + "%"
 
 
 def fmt_fraction(v: float | None) -> str:
     """A 0..1 fraction as a percentage."""
-    return "–" if v is None else f"{100 * v:.1f}"
+    n = number(v)
+    return _one_decimal(None if n is None else 100 * n, False)
 
 
 def fmt_points(v: float | None) -> str:
-    if v is None:
-        return "–"
-    v = _no_negative_zero(v, 1)
-    return "0.0" if v == 0 else f"{v:+.1f}"
+    return _one_decimal(v, True)
 
 
 def fmt_signed_ms(v: float | None) -> str:
@@ -214,6 +220,7 @@ class Row:
     histogram: Any = None
     cache_ms: float | None = None  # compilation prepared from the driver's cache (MLTS's "with cache")
     cache_note: str = ""  # saving time, cache size and status, for the cell's title
+    fallbacks: Any = None  # Fallbacks: driver failures the CPU fallback hid (the record's extra.fallbacks)
 
     @property
     def ok(self) -> bool:
@@ -225,7 +232,8 @@ class Row:
         if self.delta_ms is None or self.p50 is None or self.p50 <= 0:
             return None
         ref = self.p50 - self.delta_ms
-        return ref / self.p50 if ref > 0 else None
+        ratio = ref / self.p50 if ref > 0 else None
+        return ratio if ratio is not None and 0 < ratio < math.inf else None  # a log is taken of it
 
     @property
     def cts_text(self) -> str:
@@ -254,11 +262,14 @@ def _row(record: dict, machine: Machine, lane: str, reference: str) -> Row:
               unsupported_ops=[str(o) for o in record.get("unsupported_ops") or []],
               latency=lat, p50=number(lat.get("p50_ms")), p90=number(lat.get("p90_ms")),
               p99=number(lat.get("p99_ms")), mean=number(lat.get("mean_ms")),
-              count=int(count) if count is not None else None, compile_ms=number(comp.get("without_cache")),
+              count=int(count) if count is not None and 0 <= count < 1e15 else None,
+              compile_ms=number(comp.get("without_cache")),
               top1=number(acc.get("top1_accuracy")), agreement=number(acc.get("top1_agreement")),
               max_abs_error=number(acc.get("max_abs_error")), cts_pass=cts if isinstance(cts, bool) else None,
-              cts_violations=int(viol) if viol is not None else None)
+              cts_violations=int(viol) if viol is not None and 0 <= viol < 1e15 else None)
     cache = _dict(record.get("compilation_cache"))
+    # Written by BenchmarkRecord.to_dict at the top level; a record dict may also still nest it in "extra".
+    row.fallbacks = fallbacks_of(record.get("fallbacks")) or fallbacks_of(_dict(record.get("extra")).get("fallbacks"))
     row.cache_ms = number(comp.get("with_cache"))
     if row.cache_ms is not None:
         save, size = number(comp.get("save_to_cache")), number(cache.get("size_bytes"))
@@ -394,7 +405,9 @@ def timing_table(record: dict) -> tuple[list[tuple[str, list[TimingCell]]], bool
       "<layer>_ms": ms, the layer's per-inference execution total (a shorthand);
       "<phase>_ms" or "<phase>": ms at the top level, phases measured by the application.
     Cells the runner did not report are filled, marked "derived", from the record's own fields where
-    one means the same thing (compilation without cache, mean latency, driver-reported timings).
+    one means the same thing (compilation without cache, mean latency, and `driver_time` as
+    runner.driver_times writes it: `in_driver` / `on_device` statistics in ms, `breakdown_mean_us`
+    {runtime, ipc, driver} in microseconds; the older `in_driver_ms` / `on_device_ms` names too).
     """
     tb = _dict(record.get("timing_breakdown"))
     grid: dict[tuple[str, str], TimingCell] = {}
@@ -411,18 +424,25 @@ def timing_table(record: dict) -> tuple[list[tuple[str, list[TimingCell]]], bool
         if n is not None and ("application", phase) not in grid:
             grid[("application", phase)] = TimingCell(svg.fmt_ms(n), "reported")
     reported = bool(grid)
+    dt = _dict(record.get("driver_time"))
     derived = {
-        ("application", "compilation"): (number(_dict(record.get("compilation_ms")).get("without_cache")),
-                                         "compilation_ms.without_cache"),
-        ("application", "execution"): (number(_dict(record.get("latency")).get("mean_ms")), "latency.mean_ms"),
-        ("driver", "execution"): (number(_dict(_dict(record.get("driver_time")).get("in_driver_ms")).get("mean_ms")),
-                                  "driver_time.in_driver_ms.mean_ms"),
-        ("device", "compute"): (number(_dict(_dict(record.get("driver_time")).get("on_device_ms")).get("mean_ms")),
-                                "driver_time.on_device_ms.mean_ms"),
+        ("application", "compilation"): [(_dict(record.get("compilation_ms")), "without_cache",
+                                          "compilation_ms.without_cache", 1.0)],
+        ("application", "execution"): [(_dict(record.get("latency")), "mean_ms", "latency.mean_ms", 1.0)],
+        ("runtime", "execution"): [(_dict(dt.get("breakdown_mean_us")), "runtime",
+                                    "driver_time.breakdown_mean_us.runtime", 1e-3)],
+        ("ipc", "execution"): [(_dict(dt.get("breakdown_mean_us")), "ipc", "driver_time.breakdown_mean_us.ipc", 1e-3)],
+        ("driver", "execution"): [(_dict(dt.get(name)), "mean_ms", f"driver_time.{name}.mean_ms", 1.0)
+                                  for name in ("in_driver", "in_driver_ms")] + [
+            (_dict(dt.get("breakdown_mean_us")), "driver", "driver_time.breakdown_mean_us.driver", 1e-3)],
+        ("device", "compute"): [(_dict(dt.get(name)), "mean_ms", f"driver_time.{name}.mean_ms", 1.0)
+                                for name in ("on_device", "on_device_ms")],
     }
-    for cell, (v, source) in derived.items():
-        if cell not in grid and v is not None:
-            grid[cell] = TimingCell(svg.fmt_ms(v), "derived", f"from the record's {source}")
+    for cell, sources in derived.items():
+        for d, key, source, scale in sources:
+            v = number(d.get(key))
+            if cell not in grid and v is not None:
+                grid[cell] = TimingCell(svg.fmt_ms(v * scale), "derived", f"from the record's {source}")
     rows = []
     for layer, label in LAYERS:
         rows.append((label, [grid.get((layer, phase), TimingCell("–", "nr", "not reported")) for phase, _ in PHASES]))
@@ -437,16 +457,23 @@ class TimingCase:
     any_value: bool
 
 
-def _timing_cases(rows: list[Row]) -> list[TimingCase]:
-    out = []
+def _timing_cases(rows: list[Row]) -> tuple[list[TimingCase], list[tuple[str, str]]]:
+    """Every case's table, and the phases (columns) shown: a layer or phase with a value in no case
+    is left out of every table (an empty row says nothing, and the tables stay alike)."""
+    cases = []
     for r in rows:
         if not r.ok:
             continue
         table, reported = timing_table(r.record)
         any_value = any(c.cls != "nr" for _, cells in table for c in cells)
         mode = "" if r.mode == "sync" else f" ({r.mode})"
-        out.append(TimingCase(title=f"{r.model} · {r.lane}{mode}", rows=table, reported=reported, any_value=any_value))
-    return out
+        cases.append(TimingCase(title=f"{r.model} · {r.lane}{mode}", rows=table, reported=reported,
+                                any_value=any_value))
+    keep_rows = {label for t in cases for label, cells in t.rows if any(c.cls != "nr" for c in cells)}
+    keep_cols = [k for k in range(len(PHASES)) if any(cells[k].cls != "nr" for t in cases for _, cells in t.rows)]
+    for t in cases:
+        t.rows = [(label, [cells[k] for k in keep_cols]) for label, cells in t.rows if label in keep_rows]
+    return cases, [PHASES[k] for k in keep_cols]
 
 
 # --- partition -------------------------------------------------------------------------------
@@ -469,7 +496,7 @@ def device_colours(rows: list[Row], reference: str) -> dict[str, str]:
 class PartitionRow:
     row: Row
     chart: Any
-    legend: list[tuple[str, str, int]]
+    legend: list[tuple[str, str, str]]  # device, colour, operations
     cpu_fallback: bool | None
     devices: list[str]
 
@@ -480,7 +507,7 @@ def _partition_rows(rows: list[Row], colours: dict[str, str]) -> list[PartitionR
         part = _dict(r.record.get("partition"))
         ops = {str(k): v for k, v in _dict(part.get("ops_per_device")).items() if number(v) is not None}
         chart = svg.partition_svg(ops, colours, title=f"{r.model} on {r.lane}") if ops else None
-        legend = [(d, colours.get(d, svg.PALETTE[-1]), int(number(n))) for d, n in ops.items()]
+        legend = [(d, colours.get(d, svg.PALETTE[-1]), svg.fmt_count(n)) for d, n in ops.items()]
         fb = part.get("cpu_fallback")
         out.append(PartitionRow(row=r, chart=chart, legend=legend, cpu_fallback=fb if isinstance(fb, bool) else None,
                                 devices=[str(d) for d in r.record.get("devices") or []]))
@@ -502,10 +529,59 @@ class StressRow:
     timestamp: str
     group: str = "stress"
     checks: list = field(default_factory=list)  # conformance tests: {"check", "verdict", "detail"} in order
+    coverage: str = ""  # "6/9 ops, partitioned": how much of the test ran on the driver under test
+    coverage_title: str = ""
+    fallbacks: "Fallbacks | None" = None
 
     @property
     def is_conformance(self) -> bool:
         return self.group == CONFORMANCE
+
+
+@dataclass
+class Fallbacks:
+    """Driver failures that the runtime's CPU fallback hid (a record's `fallbacks`: count, reasons)."""
+
+    count: int
+    reasons: list[str]
+
+    @property
+    def text(self) -> str:
+        return f"{self.count} CPU fallback{'' if self.count == 1 else 's'}"
+
+    @property
+    def first(self) -> str:
+        return self.reasons[0] if self.reasons else ""
+
+
+def fallbacks_of(value: Any) -> Fallbacks | None:
+    """None when there were none (or the field is absent or unusable)."""
+    d = _dict(value)
+    reasons = [str(x) for x in d.get("reasons")] if isinstance(d.get("reasons"), list) else []
+    n = number(d.get("count"))
+    count = int(n) if n is not None and 0 <= n < 1e15 else len(reasons)
+    return Fallbacks(count, reasons) if count or reasons else None
+
+
+def coverage_of(value: Any) -> tuple[str, str]:
+    """("6/9 ops, partitioned", "models: a, b") of a stress record's `coverage`; ("", "") without one."""
+    c = _dict(value)
+    on, total = number(c.get("ops_on_driver")), number(c.get("ops_total"))
+    if on is None and total is None:
+        return "", ""
+    text = f"{svg.fmt_count(on)}/{svg.fmt_count(total)} ops" if total is not None else f"{svg.fmt_count(on)} ops"
+    if c.get("partitioned") is True:
+        text += ", partitioned"
+    models = [str(m) for m in c.get("models")] if isinstance(c.get("models"), list) else []
+    if not models:
+        return text, ""
+    return text, "models: " + ", ".join(models[:20]) + (f" … ({len(models)})" if len(models) > 20 else "")
+
+
+def _check(c: dict) -> dict:
+    """A conformance check with the three keys the template reads, as text."""
+    return {"check": str(c.get("check") or "?"), "verdict": str(c.get("verdict") or "?"),
+            "detail": "" if c.get("detail") is None else str(c.get("detail"))}
 
 
 def _stress(results: Results, machines: dict[tuple, Machine], multi: bool) -> list[StressRow]:
@@ -525,14 +601,18 @@ def _stress(results: Results, machines: dict[tuple, Machine], multi: bool) -> li
         if isinstance(tail, list):
             tail = "\n".join(map(str, tail))
         group = str(r.get("group") or (CONFORMANCE if test.startswith(CONFORMANCE + "_") else "stress"))
-        details = r.get("details") if isinstance(r.get("details"), dict) else {}
-        checks = [c for c in details.get("checks") or [] if isinstance(c, dict)]
+        checks = _dict(r.get("details")).get("checks")
+        checks = [_check(c) for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
+        coverage, coverage_title = coverage_of(r.get("coverage"))
         out.append(StressRow(machine=m.label, driver=driver, lane=f"{driver} @ {m.label}" if multi else driver,
-                             test=test, outcome=outcome, duration="–" if d is None else f"{d:.2f}",
+                             test=test, outcome=outcome,
+                             duration="–" if d is None else f"{d:.2f}" if abs(d) < 1e6 else f"{d:.3g}",
                              reason=str(r.get("reason") or ""), log_tail=str(tail or ""),
-                             timestamp=str(r.get("timestamp") or ""), group=group, checks=checks))
-    severity = {"CRASH": 0, "HANG": 1, "FAILURE": 2}
-    out.sort(key=lambda s: (s.lane, severity.get(s.outcome, 3 if s.outcome == "SUCCESS" else -1), s.test))
+                             timestamp=str(r.get("timestamp") or ""), group=group, checks=checks,
+                             coverage=coverage, coverage_title=coverage_title,
+                             fallbacks=fallbacks_of(r.get("fallbacks"))))
+    severity = {"CRASH": 0, "HANG": 1, "FAILURE": 2, SKIPPED: 3, "SUCCESS": 4}
+    out.sort(key=lambda s: (s.lane, severity.get(s.outcome, -1), s.test))
     return out
 
 
@@ -590,6 +670,8 @@ class DriverSummary:
     ratios: list[float] = field(default_factory=list)
     stress: dict[str, int] = field(default_factory=dict)
     conformance: dict[str, int] = field(default_factory=dict)  # outcome -> conformance tests
+    fallbacks: int = 0  # driver failures hidden by the CPU fallback, over benchmark cases and tests
+    fallback_reasons: list[str] = field(default_factory=list)
 
     @property
     def cases(self) -> int:
@@ -607,9 +689,7 @@ class DriverSummary:
 
     @property
     def stress_verdict(self) -> str:
-        if not self.stress_total:
-            return "–"
-        return "PASS" if self.stress.get("SUCCESS", 0) == self.stress_total else "FAIL"
+        return _tests_verdict(self.stress)
 
     @property
     def conformance_total(self) -> int:
@@ -617,9 +697,12 @@ class DriverSummary:
 
     @property
     def conformance_verdict(self) -> str:
-        if not self.conformance_total:
-            return "–"
-        return "PASS" if self.conformance.get("SUCCESS", 0) == self.conformance_total else "FAIL"
+        return _tests_verdict(self.conformance)
+
+    @property
+    def skipped(self) -> int:
+        """Stress and conformance tests that could not exercise the driver."""
+        return self.stress.get(SKIPPED, 0) + self.conformance.get(SKIPPED, 0)
 
     @property
     def speedup(self) -> float | None:
@@ -639,10 +722,23 @@ class DriverSummary:
 
     @property
     def verdict(self) -> str:
-        """FAIL on any CTS failure, benchmark error, or stress or conformance test that did not succeed."""
+        """FAIL on any CTS failure, benchmark error, or stress or conformance test that neither
+        succeeded nor was skipped; NOT TESTED when nothing ran on the driver but tests were skipped
+        (a skipped test is never a pass; the template shows the skipped count beside a PASS)."""
         if self.cts_failed or self.errors or "FAIL" in (self.stress_verdict, self.conformance_verdict):
             return "FAIL"
-        return "PASS" if (self.ok or self.stress_total or self.conformance_total) else "–"
+        if self.ok or self.stress.get("SUCCESS") or self.conformance.get("SUCCESS"):
+            return "PASS"
+        return NOT_TESTED if self.skipped else "–"
+
+
+def _tests_verdict(outcomes: dict[str, int]) -> str:
+    """FAIL when any test neither succeeded nor was skipped; SKIPPED when every test was skipped."""
+    if not sum(outcomes.values()):
+        return "–"
+    if any(n and o not in ("SUCCESS", SKIPPED) for o, n in outcomes.items()):
+        return "FAIL"
+    return "PASS" if outcomes.get("SUCCESS") else SKIPPED
 
 
 def _summaries(rows: list[Row], stress: list[StressRow], reference: str) -> list[DriverSummary]:
@@ -666,10 +762,16 @@ def _summaries(rows: list[Row], stress: list[StressRow], reference: str) -> list
             s.cts_failed += 0 if r.cts_pass else 1
         if r.speedup is not None:
             s.ratios.append(r.speedup)
+        if r.fallbacks:
+            s.fallbacks += r.fallbacks.count
+            s.fallback_reasons += r.fallbacks.reasons[:1]
     for t in stress:
         s = get(t.lane, t.driver, t.machine)
         counter = s.conformance if t.is_conformance else s.stress
         counter[t.outcome] = counter.get(t.outcome, 0) + 1
+        if t.fallbacks:
+            s.fallbacks += t.fallbacks.count
+            s.fallback_reasons += t.fallbacks.reasons[:1]
     return sorted(out.values(), key=lambda s: (not s.is_reference, s.machine, s.driver))
 
 
@@ -816,11 +918,13 @@ def build_context(results: Results, *, baseline: BaselineView | None = None, tit
     stress = [t for t in all_stress if not t.is_conformance]
     colours = device_colours(rows, reference)
     errors = [r for r in rows if r.status == "error"]
+    fallback_rows = [r for r in rows if r.fallbacks]
     unsupported = [r for r in rows if r.status == "unsupported"]
     timestamps = sorted(str(r["timestamp"]) for r in bench + stress_records if r.get("timestamp"))
     show_mode = len({r.mode for r in rows}) > 1
     show_pref = len({r.preference for r in rows}) > 1
     other_kinds = sorted(kinds - {BENCHMARK, STRESS})
+    timing_cases, timing_phases = _timing_cases(rows)
     return {
         "title": title or "mlts benchmark report",
         "generated_at": generated_at,
@@ -841,10 +945,14 @@ def build_context(results: Results, *, baseline: BaselineView | None = None, tit
         "show_mode": show_mode,
         "show_pref": show_pref,
         "summaries": _summaries(rows, all_stress, reference),
-        "timing_cases": _timing_cases(rows),
+        "timing_cases": timing_cases,
+        "timing_phases": timing_phases,
         "partitions": [(f, [(g, _partition_rows(g.rows, colours)) for g in f.models]) for f in families],
         "colours": colours,
         "errors": errors,
+        "fallback_rows": fallback_rows,
+        "stress_coverage": any(t.coverage for t in stress),
+        "stress_fallbacks": any(t.fallbacks for t in stress),
         "unsupported": unsupported,
         "stress": stress,
         "conformance": _conformance([t for t in all_stress if t.is_conformance]),

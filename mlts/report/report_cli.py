@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from mlts.benchmark.compare_cli import split_paths
 from mlts.benchmark.records import read_results
 from mlts.runtime import MltsError, ResultCode
 
@@ -34,7 +35,7 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
                         "one run directory is given; required otherwise)")
     p.add_argument("--baseline", action="append", default=None, metavar="RUN",
                    help="baseline run directory or results.jsonl: adds a PASS/WARN/FAIL comparison section "
-                        "(repeat or comma-separate to merge several)")
+                        "(repeat or comma-separate to merge several; a path that exists is never split)")
     p.add_argument("--title", help="the report's title (default: mlts benchmark report)")
     p.set_defaults(func=run_report)
     return p
@@ -52,7 +53,7 @@ def run_report(args: argparse.Namespace) -> int:
     """Render and write the report; returns the exit status (see the module docstring)."""
     baseline = None
     if args.baseline:
-        baseline = [part for arg in args.baseline for part in arg.split(",") if part]
+        baseline = [part for arg in args.baseline for part in split_paths(arg)]
     try:
         out = _output_path(args)
         results = read_results(list(args.inputs))

@@ -16,13 +16,19 @@ from markupsafe import Markup, escape
 PALETTE = ("#1a73e8", "#e8710a", "#9334e6", "#12b5cb", "#c5221f", "#188038", "#f9ab00", "#d01884",
            "#5f6368", "#7cb342")
 REFERENCE_COLOUR = "#9aa0a6"
+#: Latencies above this (about 11.6 days per inference), or below zero, are not measurements a chart can
+#: place on a shared axis: such a row or histogram is left out of the drawing and a note says so.
+MAX_CHART_MS = 1e9
 
 
 def fmt_ms(v: float | None) -> str:
     """Milliseconds with about three significant digits: enough to compare, short enough for a table cell."""
-    if v is None or not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+    v = finite_number(v)
+    if v is None:
         return "–"
     a = abs(v)
+    if a >= 1e6:  # absurd, but a table cell must stay a table cell
+        return f"{v:.3g}"
     if a >= 100:
         return f"{v:.0f}"
     if a >= 10:
@@ -34,21 +40,37 @@ def fmt_ms(v: float | None) -> str:
     return f"{v:.3g}"
 
 
+def fmt_count(v: float | None) -> str:
+    """A count: digits up to a billion, beyond that (no real count) three significant digits."""
+    n = finite_number(v)
+    if n is None:
+        return "–"
+    return f"{int(n)}" if abs(n) < 1e9 else f"{n:.3g}"
+
+
 def nice_ticks(lo: float, hi: float, target: int = 5) -> list[float]:
-    """Round axis ticks covering [lo, hi] (steps of 1, 2 or 5 times a power of ten)."""
+    """Round axis ticks covering [lo, hi] (steps of 1, 2 or 5 times a power of ten).
+
+    Float arithmetic throughout and a bounded count, so any finite range gives ticks (an int power
+    of ten near 1e308 would overflow when added to a float)."""
     if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
         return [lo]
     raw = (hi - lo) / max(1, target)
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
-    first = math.floor(lo / step) * step
+    if not (math.isfinite(raw) and raw > 0):
+        return [lo, hi]
+    mag = 10.0 ** math.floor(math.log10(raw))
+    step = next((m * mag for m in (1.0, 2.0, 5.0, 10.0) if m * mag >= raw), raw)
+    if not (math.isfinite(step) and step > 0):
+        return [lo, hi]
+    first = math.floor(lo / step)
     ticks = []
-    t = first
-    while t <= hi + step * 1e-9:
+    for k in range(target * 3 + 3):
+        t = (first + k) * step
+        if not math.isfinite(t) or t > hi + step * 1e-9:
+            break
         if t >= lo - step * 1e-9:
             ticks.append(round(t, 12))
-        t += step
-    return ticks
+    return ticks or [lo, hi]
 
 
 def _n(x: float) -> str:
@@ -56,10 +78,23 @@ def _n(x: float) -> str:
     return f"{x:.2f}".rstrip("0").rstrip(".")
 
 
-def _number(v) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+def finite_number(v) -> float | None:
+    """A finite number as a float, else None (NaN, infinities, ints beyond float, bools, anything else)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    return float(v)
+    try:
+        v = float(v)
+    except OverflowError:  # an int beyond float
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _plottable(v: float | None) -> bool:
+    return v is not None and 0.0 <= v <= MAX_CHART_MS
+
+
+def _not_drawn(what: str, why: str) -> Markup:
+    return Markup(f'<p class="note not-drawn">{escape(what)} not drawn: {escape(why)}</p>')
 
 
 def histogram_svg(histogram: dict | None, *, p50: float | None = None, title: str = "",
@@ -74,10 +109,13 @@ def histogram_svg(histogram: dict | None, *, p50: float | None = None, title: st
     counts = histogram.get("counts")
     if not isinstance(edges, list) or not isinstance(counts, list) or len(edges) != len(counts) + 1 or not counts:
         return None
-    edges = [_number(e) for e in edges]
-    counts = [_number(c) for c in counts]
+    edges = [finite_number(e) for e in edges]
+    counts = [finite_number(c) for c in counts]
     if any(e is None for e in edges) or any(c is None or c < 0 for c in counts):
-        return None
+        return _not_drawn("histogram", "its bins hold values that are not finite numbers (or negative counts)")
+    if not all(_plottable(e) for e in edges) or edges != sorted(edges):
+        return _not_drawn("histogram", f"bin edges {fmt_ms(min(edges))}..{fmt_ms(max(edges))} ms are out of "
+                                       f"order or outside 0..{MAX_CHART_MS:g} ms")
     left, right, top, bottom = 8, 8, 16, 22
     pw, ph = width - left - right, height - top - bottom
     lo, hi = edges[0], edges[-1]
@@ -97,13 +135,14 @@ def histogram_svg(histogram: dict | None, *, p50: float | None = None, title: st
     for x, w, c in bars:
         h = ph * c / cmax
         parts.append(f'<rect class="bar" x="{_n(x)}" y="{_n(top + ph - h)}" width="{_n(w)}" height="{_n(h)}">'
-                     f"<title>{int(c)} run(s)</title></rect>")
+                     f"<title>{fmt_count(c)} run(s)</title></rect>")
     base_y = top + ph
     parts.append(f'<line class="axis" x1="{left}" y1="{_n(base_y)}" x2="{left + pw}" y2="{_n(base_y)}"/>')
     parts.append(f'<text class="tick" x="{left}" y="{height - 6}">{fmt_ms(lo)}</text>')
     parts.append(f'<text class="tick" x="{left + pw}" y="{height - 6}" text-anchor="end">{fmt_ms(hi)} ms</text>')
-    parts.append(f'<text class="tick" x="{left + pw}" y="{top - 5}" text-anchor="end">tallest bar {int(cmax)} runs</text>')
-    p50 = _number(p50)
+    parts.append(f'<text class="tick" x="{left + pw}" y="{top - 5}" text-anchor="end">'
+                 f"tallest bar {fmt_count(cmax)} runs</text>")
+    p50 = finite_number(p50)
     if p50 is not None:
         parts.append(f'<text class="tick median-label" x="{left}" y="{top - 5}">p50 {fmt_ms(p50)} ms</text>')
     if p50 is not None and span > 0 and lo <= p50 <= hi:
@@ -117,23 +156,33 @@ def percentile_svg(rows: Sequence[tuple[str, dict, bool]], *, title: str = "", w
     """Latency percentiles of several drivers on one model, on a shared axis.
 
     rows: (label, latency record, is_reference). Per driver: a thin line min..p99, a box p50..p90, a
-    tick at p50, a dot at the mean. None when no row has latency numbers.
+    tick at p50, a dot at the mean. None when no row has latency numbers; rows whose numbers cannot
+    share an axis (negative, or beyond MAX_CHART_MS) are left out and named under the chart.
     """
-    usable = []
+    usable, skipped = [], []
     for label, lat, is_ref in rows:
         if not isinstance(lat, dict):
             continue
-        vals = {k: _number(lat.get(k)) for k in ("min_ms", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms")}
+        vals = {k: finite_number(lat.get(k)) for k in ("min_ms", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms")}
         if vals["p50_ms"] is None:
+            if lat.get("p50_ms") is not None:
+                skipped.append(f"{label} (median {str(lat.get('p50_ms'))[:20]})")
             continue
+        drawn = [k for k in vals if k != "max_ms" or vals["p99_ms"] is None]  # max stands in for a missing p99
+        bad = [f"{k.removesuffix('_ms')} {fmt_ms(vals[k])}" for k in drawn
+               if vals[k] is not None and not _plottable(vals[k])]
         vals["p90_ms"] = vals["p90_ms"] if vals["p90_ms"] is not None else vals["p50_ms"]
         vals["p99_ms"] = vals["p99_ms"] if vals["p99_ms"] is not None else (vals["max_ms"] or vals["p90_ms"])
         vals["min_ms"] = vals["min_ms"] if vals["min_ms"] is not None else vals["p50_ms"]
+        if bad:
+            skipped.append(f"{label} ({', '.join(bad)} ms)")
+            continue
         usable.append((label, vals, is_ref))
+    why = f"latency outside 0..{MAX_CHART_MS:g} ms or not a number: " + "; ".join(skipped)
     if not usable:
-        return None
+        return _not_drawn("latency chart", why) if skipped else None
     label_w, right, top, row_h = 190, 70, 10, 24
-    axis_h = 28
+    axis_h = 28 + (14 if skipped else 0)
     pw = width - label_w - right
     height = top + row_h * len(usable) + axis_h
     hi = max(v["p99_ms"] for _, v, _ in usable)
@@ -153,6 +202,10 @@ def percentile_svg(rows: Sequence[tuple[str, dict, bool]], *, title: str = "", w
         parts.append(f'<text class="tick" x="{_n(x(t))}" y="{_n(axis_y + 12)}" text-anchor="middle">{t:g}</text>')
     parts.append(f'<text class="tick" x="{label_w + pw}" y="{_n(axis_y + 25)}" text-anchor="end">ms per inference '
                  f'(line min–p99, box p50–p90, dot mean)</text>')
+    if skipped:
+        shown = why if len(why) <= 110 else why[:109] + "…"
+        parts.append(f'<text class="tick not-drawn" x="{label_w + pw}" y="{_n(axis_y + 39)}" text-anchor="end">'
+                     f"not drawn: {escape(shown)}<title>{escape(why)}</title></text>")
     for i, (label, v, is_ref) in enumerate(usable):
         cy = top + row_h * i + row_h / 2
         cls = "ref" if is_ref else "drv"
@@ -176,10 +229,10 @@ def percentile_svg(rows: Sequence[tuple[str, dict, bool]], *, title: str = "", w
 def partition_svg(ops_per_device: dict, colours: dict[str, str], *, title: str = "",
                   width: int = 320, height: int = 18) -> Markup | None:
     """One stacked bar: the share of the model's operations each device ran."""
-    items = [(str(d), _number(n)) for d, n in ops_per_device.items()] if isinstance(ops_per_device, dict) else []
+    items = [(str(d), finite_number(n)) for d, n in ops_per_device.items()] if isinstance(ops_per_device, dict) else []
     items = [(d, n) for d, n in items if n is not None and n > 0]
     total = sum(n for _, n in items)
-    if not items or total <= 0:
+    if not items or not 0 < total < float("inf"):
         return None
     parts = [f'<svg class="chart part" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title or "partition")}">',
@@ -189,7 +242,7 @@ def partition_svg(ops_per_device: dict, colours: dict[str, str], *, title: str =
         w = width * n / total
         colour = colours.get(device, PALETTE[-1])
         parts.append(f'<rect x="{_n(x)}" y="0" width="{_n(w)}" height="{height}" fill="{escape(colour)}">'
-                     f"<title>{escape(device)}: {int(n)} operation(s)</title></rect>")
+                     f"<title>{escape(device)}: {fmt_count(n)} operation(s)</title></rect>")
         x += w
     parts.append("</svg>")
     return Markup("".join(parts))

@@ -17,7 +17,7 @@ from .enums import MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, OperandCode, OperandLi
 from .errors import MltsError, bad_data, bad_state
 from .hal import DataLocation, HalModel, HalOperand, HalOperation, Subgraph
 from .memory import Memory
-from .operand_type import OperandType, SymmPerChannelQuantParams, validate_operand_type
+from .operand_type import OperandType, SymmPerChannelQuantParams, as_operand_array, validate_operand_type
 from .ops import OperationContext, SubgraphSignature, ValueUnknown, get_operation
 
 MAX_OPERANDS = 2**32 - 1
@@ -110,7 +110,8 @@ class Model:
 
     def set_operand_value(self, index: int, value: Any) -> None:
         """Set a constant. None omits an optional operand (NO_VALUE). Values up to 128 bytes are
-        copied; larger ones are referenced (the buffer must stay unchanged until finish())."""
+        copied; larger ones are referenced (the buffer must stay unchanged until finish()). Numpy
+        values must have the operand's dtype, as for Execution.set_input (as_operand_array)."""
         with self._lock:
             self._check_modifiable("set_operand_value")
             index = self._operand_index(index, "set_operand_value")
@@ -274,6 +275,9 @@ class Model:
             raise bad_data("finish: the model has no outputs (call identify_inputs_and_outputs)")
         producer = self._producer
         inputs = set(self._inputs)
+        freed = self._freed_memory_use()
+        if freed:  # caught here rather than as "no device supports ..." when a driver cannot map it
+            raise bad_data(f"finish: {freed}")
         for i, rec in enumerate(self._operands):
             if rec.type.code == OperandCode.TENSOR_QUANT8_SYMM_PER_CHANNEL:
                 validate_operand_type(rec.type, f"finish: operand {i}")
@@ -397,7 +401,25 @@ class Model:
         """The model as drivers receive it (operations in run order, constants in pools)."""
         if not self._finished:
             raise bad_state("the model is not finished")
+        if any(pool.closed for pool in self._hal.pools):
+            raise bad_state(f"the model cannot be used: {self._freed_memory_use()}")
         return self._hal
+
+    def _freed_memory_use(self, seen: set[int] | None = None) -> str | None:
+        """Which constant (here or in a referenced model) lives in a freed Memory, in words; None if none.
+        NNAPI requires a memory to stay valid while a model, compilation or execution uses it."""
+        seen = set() if seen is None else seen
+        seen.add(id(self))
+        for i, rec in enumerate(self._operands):
+            if rec.lifetime == OperandLifetime.CONSTANT_REFERENCE and isinstance(rec.value, tuple) \
+                    and rec.value[0].closed:
+                return (f"operand {i} is set from memory {rec.value[0].name}, which has been freed; a memory "
+                        "must stay valid while a model uses it (free it after the model and its compilations)")
+            if rec.lifetime == OperandLifetime.SUBGRAPH and id(rec.value) not in seen:
+                inner = rec.value._freed_memory_use(seen)
+                if inner:
+                    return f"the model referenced by operand {i}: {inner}"
+        return None
 
     # -- read-only views for tools --------------------------------------------------------------
     @property
@@ -443,21 +465,7 @@ def _as_bytes_view(value: Any, t: OperandType, what: str) -> memoryview:
     if isinstance(value, (bytes, bytearray, memoryview)):
         view = memoryview(value)
         return view.cast("B") if view.c_contiguous else memoryview(view.tobytes())
-    try:
-        arr = np.asarray(value)
-        if arr.dtype != t.dtype:
-            if arr.dtype.kind in "fc" and t.dtype.kind in "iub":
-                raise bad_data(f"{what}: float value given for {t.code.name}")
-            if arr.dtype.kind in "iu" and t.dtype.kind in "iu" and arr.size:
-                info = np.iinfo(t.dtype)
-                if arr.min() < info.min or arr.max() > info.max:
-                    raise bad_data(f"{what}: value out of range for {t.code.name} [{info.min}, {info.max}]")
-            arr = arr.astype(t.dtype)
-        arr = np.ascontiguousarray(arr)
-    except MltsError:
-        raise
-    except (TypeError, ValueError, OverflowError) as e:
-        raise bad_data(f"{what}: value cannot be converted to {t.code.name}: {e}") from None
+    arr = np.ascontiguousarray(as_operand_array(value, t, what))
     if t.is_tensor and arr.ndim and tuple(arr.shape) != tuple(t.dimensions) and arr.size == t.element_count():
         arr = arr.reshape(t.dimensions)
     return memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")

@@ -216,3 +216,40 @@ def validate_operand_type(t: OperandType, what: str, *, allow_unspecified_dims: 
                 raise bad_data(f"{what}: channel scales must be positive and finite, got {s}")
     elif t.channel_quant is not None:
         raise bad_data(f"{what}: per-channel parameters are only valid for TENSOR_QUANT8_SYMM_PER_CHANNEL")
+
+
+def as_operand_array(value: object, t: OperandType, what: str) -> np.ndarray:
+    """`value` as an array of `t`'s dtype, by one rule for constants and execution arguments alike.
+
+    A numpy array or scalar must already have the operand's dtype (a silent float64 -> float32 or
+    int64 -> int32 cast would change the values the application meant); plain Python values (bools,
+    ints, floats and nested lists of them) are converted when that loses nothing but float rounding:
+    ints in range for integer operands, bools for boolean ones, ints and floats (not overflowing)
+    for float ones. Anything else is BAD_DATA naming `what` and both types.
+    """
+    if isinstance(value, (np.ndarray, np.generic)):
+        if value.dtype != t.dtype:
+            kind = "array" if isinstance(value, np.ndarray) else "value"
+            raise bad_data(f"{what}: {kind} dtype {value.dtype} does not match {t.code.name} ({t.dtype})")
+        return np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise bad_data(f"{what}: value cannot be converted to {t.code.name} ({t.dtype}): {e}") from None
+    src, dst = arr.dtype.kind, t.dtype.kind
+    allowed = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}[dst]
+    if src not in "biuf":
+        raise bad_data(f"{what}: value cannot be converted to {t.code.name} ({t.dtype}): a "
+                       f"{type(value).__name__} is not a number, a bool or a list of them")
+    if src not in allowed:
+        raise bad_data(f"{what}: a {type(value).__name__} of {arr.dtype} values does not match "
+                       f"{t.code.name} ({t.dtype})")
+    if dst in "iu" and arr.size:
+        info = np.iinfo(t.dtype)
+        if arr.min() < info.min or arr.max() > info.max:
+            raise bad_data(f"{what}: value out of range for {t.code.name} [{info.min}, {info.max}]")
+    with np.errstate(over="ignore"):
+        out = arr.astype(t.dtype)
+    if dst == "f" and np.any(np.isfinite(arr) & ~np.isfinite(out)):
+        raise bad_data(f"{what}: value out of range for {t.code.name} ({t.dtype})")
+    return out

@@ -299,7 +299,7 @@ CASES: list[Case] = [
     Case("constant-raw-bytes-wrong-size", lambda m: m.set_operand_value(0, b"\x00" * 3), BAD_DATA,
          r"operand 0 of type INT32 needs 4 bytes, got 3", lambda: operands(I32)),
     Case("constant-float-for-int32", lambda m: m.set_operand_value(0, np.float32(1.5)), BAD_DATA,
-         r"operand 0: float value given for INT32", lambda: operands(I32)),
+         r"operand 0: value dtype float32 does not match INT32 \(int32\)", lambda: operands(I32)),
     Case("constant-unconvertible", lambda m: m.set_operand_value(0, object()), BAD_DATA,
          r"operand 0: value cannot be converted to INT32", lambda: operands(I32)),
     Case("constant-unspecified-dims", lambda m: m.set_operand_value(0, b"\x00" * 16), BAD_DATA,
