@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 import warnings
 from typing import Sequence
 
+from .fileio import WriteError
 from .runtime import MltsError
+from .signals import exit_status
 
 def add_driver_options(parser: argparse.ArgumentParser) -> None:
     """`--driver SPEC` (repeatable) and `--in-process`: the drivers a run adds to the built-in devices."""
@@ -193,16 +197,41 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"mlts: warning: {str(message).removeprefix('mlts: ')}", file=sys.stderr if file is None else file)
 
 
+#: OSErrors of a path that could not be written (EACCES and EPERM too: mlts turns its own read failures
+#: into MltsError, so a permission error that reaches main is, in practice, one on a file it writes).
+_WRITE_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENOTDIR, errno.EISDIR,
+                           errno.EEXIST, errno.EACCES, errno.EPERM})
+
+
+def _os_error_line(e: OSError) -> str:
+    """An OSError that escaped a command as one line: `cannot write <path>: <cause>` where it names one."""
+    cause = e.strerror or str(e)
+    if e.filename is None:
+        return cause
+    path = os.fsdecode(e.filename)
+    return f"cannot write {path}: {cause}" if e.errno in _WRITE_ERRNOS else f"{path}: {cause}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exit status 0/1 as each command documents; 130 (SIGINT) or 143 (SIGTERM) when interrupted."""
     args = build_parser().parse_args(argv)
     warnings.showwarning = _show_warning
     try:
         return args.func(args)
+    except WriteError as e:  # one line, no result code: `mlts <command>: error: cannot write <path>: <cause>`
+        print(f"mlts {args.command}: error: {e.message}", file=sys.stderr)
+        return 1
     except MltsError as e:
         print(f"mlts {args.command}: error: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # output piped into `head` and the like
         return 0
+    except OSError as e:  # the last resort for a path that could not be written: never a traceback
+        print(f"mlts {args.command}: error: {_os_error_line(e)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM where the command handles it (mlts.signals)
+        print(f"mlts {args.command}: interrupted", file=sys.stderr)
+        return exit_status(e)
 
 
 if __name__ == "__main__":

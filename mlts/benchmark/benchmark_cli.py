@@ -1,19 +1,24 @@
 """`mlts benchmark`: argument handling, the run directory's files and the closing report, kept out of
 mlts/cli.py (which only registers the parser).
 
-Exit status: 0 the run finished (whatever its cases' statuses); 1 a usage or input error, no case
-could run (every selected model lacks its trained weights), or a regression against `--baseline` (a
-FAIL verdict of `mlts compare`); 130 interrupted (every finished case is kept; `--resume DIR` continues).
+Exit status: 0 the run finished (whatever its cases' statuses); 1 a usage or input error, an output
+file or directory that cannot be written, no case could run (every selected model lacks its trained
+weights), or a regression against `--baseline` (a FAIL verdict of `mlts compare`); 130 interrupted by
+SIGINT (Ctrl-C), 143 by SIGTERM: the finished cases are kept, run.json is marked interrupted, results.csv
+and index.html show what finished, and `--resume DIR` continues.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import textwrap
 from pathlib import Path
 
+from mlts.fileio import WriteError, make_dir, write_error
 from mlts.runtime import MltsError, ResultCode
+from mlts.signals import SIGNAL_EXIT_BASE, interrupt_on_signals
 
 from . import runner as R
 from .records import CSV_FILE, ENVIRONMENT_FILE, RESULTS_FILE, new_run_dir, read_results, to_csv
@@ -56,8 +61,14 @@ def _epilog() -> str:
         f"duration, {MEASURED}.",
         f"output: a run directory (default reports/<timestamp>/) with {RESULTS_FILE} (one record per case,",
         f"  appended as each finishes), {CSV_FILE}, {ENVIRONMENT_FILE}, {R.RUN_FILE} and {REPORT_FILE}.",
-        "exit status: 0 run finished (whatever its cases' statuses); 1 bad input, no model could run",
-        "  (no trained weights), or a FAIL against --baseline; 130 interrupted (--resume DIR continues).",
+        "timeout: no compilation or inference of any stage (supported operations, compiling, warm-up and",
+        "  timed runs, nnapi-reference's outputs, accuracy), partitioned cases included, may go --timeout",
+        "  seconds without returning; past it the case is an `error` naming the stage, the case's driver",
+        "  services are killed (and restarted for the next case) and the run goes on.",
+        "exit status: 0 run finished (whatever its cases' statuses); 1 bad input, an output path that",
+        "  cannot be written, no model could run (no trained weights), or a FAIL against --baseline;",
+        "  130 interrupted by SIGINT (Ctrl-C), 143 by SIGTERM: what finished is kept and reported",
+        "  (--resume DIR continues).",
     ])
 
 
@@ -91,9 +102,9 @@ def add_benchmark_parser(subparsers) -> argparse.ArgumentParser:
                    help=f"held-out images for accuracy, 0 to 1500 (default {R.DEFAULT_IMAGES}, "
                         f"--quick {R.QUICK_IMAGES})")
     p.add_argument("--timeout", type=float, metavar="S",
-                   help=f"deadline of each compilation and inference on a single driver, in seconds; a driver "
-                        f"that misses it is an error case and the run goes on (default {R.DEFAULT_TIMEOUT_S:g}; "
-                        "0: none)")
+                   help="longest wait, in seconds, for any one compilation or inference of a case (every stage, "
+                        "partitioned cases included); a driver that exceeds it makes the case an error naming "
+                        f"the stage and the run goes on (default {R.DEFAULT_TIMEOUT_S:g}; 0: none)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--out", metavar="DIR", help="run directory (default: reports/<timestamp>)")
     where.add_argument("--resume", metavar="DIR",
@@ -101,6 +112,9 @@ def add_benchmark_parser(subparsers) -> argparse.ArgumentParser:
                             "finished cases")
     p.add_argument("--retry-errors", action="store_true",
                    help="with --resume: run the cases that ended in an error again")
+    p.add_argument("--trust-run-dir", action="store_true",
+                   help="with --resume: load the driver specs recorded in DIR/run.json even when they are not "
+                        "given again with --driver (their code is imported and run)")
     p.add_argument("--baseline", metavar="RUN",
                    help="an earlier run directory or results.jsonl (comma-separate to merge several) to "
                         "compare with, in the report and on stderr; a regression (FAIL) makes the exit status 1")
@@ -154,7 +168,8 @@ def _paths(arg: str) -> list[str]:
 
 
 def _render(run_dir: Path, baseline: str | None, log) -> Path | None:
-    """index.html through mlts.report when it is installed; a failure to render never loses the results."""
+    """index.html through mlts.report when it is installed; a failure to render never loses the results,
+    but one to write it (a full or read-only disk) is the run's error (WriteError)."""
     try:
         from mlts.report.render import render_report
     except ImportError:
@@ -164,6 +179,8 @@ def _render(run_dir: Path, baseline: str | None, log) -> Path | None:
     out = run_dir / REPORT_FILE
     try:
         render_report([run_dir], out, baseline=_paths(baseline) if baseline else None)
+    except WriteError:
+        raise
     except Exception as e:  # the report is a view of the results: they are safe whatever happens here
         log(f"rendering {out} failed: {type(e).__name__}: {e}")
         return None
@@ -183,10 +200,35 @@ def _compare(baseline: str, run_dir: Path, log) -> tuple[int, dict | None]:
     return result.exit_code(), {"verdict": result.verdict, "counts": result.counts()}
 
 
+def _resume_specs(args: argparse.Namespace, run_file: Path, recorded: list[str]) -> list[str]:
+    """The --driver specs of a resumed run: those given now, plus the recorded ones that may be loaded
+    (mlts.runtime.plugins.recorded_specs: a run directory is data and runs no code by being resumed)."""
+    from mlts.runtime.plugins import recorded_specs
+
+    given = list(args.driver or [])
+    return given + recorded_specs(recorded, given, trusted=args.trust_run_dir, source=f"--resume: {run_file}",
+                                  trust_flag="--trust-run-dir")
+
+
+def _exit_status(summary: R.RunSummary) -> int:
+    if not summary.interrupted:
+        return EXIT_OK
+    try:
+        return SIGNAL_EXIT_BASE + int(signal.Signals[summary.interrupted_by or "SIGINT"])
+    except KeyError:
+        return EXIT_INTERRUPTED
+
+
 def run_benchmark(args: argparse.Namespace) -> int:
-    """`mlts benchmark`: select, run, write results.csv / environment.json / index.html, say where."""
+    """`mlts benchmark`: select, run, write results.csv / environment.json / index.html, say where.
+    SIGTERM is handled as Ctrl-C is (mlts.signals): the finished cases are reported."""
+    with interrupt_on_signals():
+        return _run_benchmark(args)
+
+
+def _run_benchmark(args: argparse.Namespace) -> int:
     from mlts.cli import register_cli_drivers
-    from mlts.runtime.plugins import driver_specs
+    from mlts.runtime.plugins import driver_specs, normal_spec
 
     from .environment import write_environment
 
@@ -195,10 +237,11 @@ def run_benchmark(args: argparse.Namespace) -> int:
 
     if args.retry_errors and not args.resume:
         raise _err("--retry-errors only applies with --resume DIR")
+    if args.trust_run_dir and not args.resume:
+        raise _err("--trust-run-dir only applies with --resume DIR")
     if args.resume:
         run_dir, doc = _resume_config(args)
-        if not args.driver:
-            args.driver = list(doc.get("driver_specs") or [])
+        args.driver = _resume_specs(args, run_dir / R.RUN_FILE, list(doc.get("driver_specs") or []))
         register_cli_drivers(args)
         config = R.BenchmarkConfig.from_dict(doc["config"])
         missing = [d for d in config.drivers if d not in _device_names()]
@@ -214,20 +257,26 @@ def run_benchmark(args: argparse.Namespace) -> int:
             if (run_dir / RESULTS_FILE).exists():
                 raise _err(f"{run_dir} already holds a run; use --resume {run_dir} to continue it, "
                            "or another --out")
-            run_dir.mkdir(parents=True, exist_ok=True)
+            make_dir(run_dir)
         else:
             run_dir = new_run_dir("reports")
-    specs = driver_specs(args.driver)
+    specs = [normal_spec(s) for s in driver_specs(args.driver)]
     if not (run_dir / ENVIRONMENT_FILE).exists():
-        write_environment(run_dir)
+        try:
+            write_environment(run_dir)
+        except OSError as e:
+            raise write_error(e.filename or run_dir / ENVIRONMENT_FILE, e) from None
     summary = R.BenchmarkRunner(config, run_dir, stream=sys.stderr, retry_errors=args.retry_errors,
                                 driver_specs=specs).run()
     records = read_results(run_dir)
     for problem in records.problems:
         log(problem)
-    to_csv(records.records, run_dir / CSV_FILE)
+    try:
+        to_csv(records.records, run_dir / CSV_FILE)
+    except OSError as e:
+        raise write_error(run_dir / CSV_FILE, e) from None
     report = None if args.no_report else _render(run_dir, args.baseline, log)
-    status = EXIT_INTERRUPTED if summary.interrupted else EXIT_OK
+    status = _exit_status(summary)
     if not summary.cases and summary.skipped_models and not summary.interrupted:
         log("no case could run: every selected model lacks its trained weights")
         status = EXIT_FAIL
@@ -239,6 +288,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
     log(f"done in {summary.elapsed_s:.0f} s: {c.get('ok', 0)} ok, {c.get('unsupported', 0)} unsupported, "
         f"{c.get('error', 0)} error record(s)" + (f"; skipped {len(summary.skipped_models)} model(s) without "
                                                   "trained weights" if summary.skipped_models else ""))
+    if summary.interrupted:
+        log(f"interrupted by {summary.interrupted_by}: exit status {status}; --resume {run_dir} continues")
     if args.json:
         out = summary.to_dict()
         out.update({"report": str(report) if report else None, "results": str(run_dir / RESULTS_FILE),

@@ -15,9 +15,8 @@ import hashlib
 import math
 import os
 import re
-import sys
+import signal
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,8 +31,12 @@ from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
 from mlts.runtime.enums import NO_TIMING
 
 from .accuracy import AccuracyAccumulator
-from ..fileio import atomic_write
+from ..fileio import WriteError, atomic_write, write_error
+from ..signals import signal_name
+from .progress import Progress, RssSampler
 from .records import MODES, BenchmarkRecord, ResultsWriter, case_key, read_results, to_jsonable, utc_now
+from .stage_timeout import (CaseError as _CaseError, StageTimeout, Tick, Watchdog, error_text as _error_text,
+                            inference_waiting_on, runs_waiting_on)
 from .stats import DEFAULT, QUICK, Measurement, RunLengthRules, latency_stats, measure
 
 #: The default run: the MobileNets at their default size (width 1.0, 224x224), float and uint8.
@@ -47,10 +50,6 @@ QUICK_IMAGES = 20
 HELDOUT_SPLIT = "heldout"
 #: The held-out image whose input every timed inference uses.
 TIMING_IMAGE_INDEX = 0
-#: How often the memory sampler looks at the process tree's resident set.
-RSS_SAMPLE_INTERVAL_S = 0.05
-#: ...and how often it looks for new child processes (driver services).
-CHILDREN_REFRESH_S = 1.0
 REFERENCE_DIR = "reference"
 RUN_FILE = "run.json"
 PRESET_RULES = {"quick": QUICK, "default": DEFAULT}
@@ -195,107 +194,6 @@ class BenchmarkConfig:
 
 # --- helpers -----------------------------------------------------------------------------------
 
-class RssSampler:
-    """Peak resident memory of this process and its children (driver services), sampled by a thread
-    so that nothing is measured on the timed path; `case_peak()` restarts the per-case peak."""
-
-    def __init__(self, interval_s: float = RSS_SAMPLE_INTERVAL_S) -> None:
-        self.interval_s = interval_s
-        self.peak = 0
-        self._case_peak = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._children: list = []
-        self._children_at = -math.inf
-        try:
-            import psutil
-
-            self._proc = psutil.Process()
-        except Exception:  # psutil missing or the process unreadable: no memory figures
-            self._proc = None
-
-    def sample(self) -> int:
-        if self._proc is None:
-            return 0
-        total = 0
-        now = time.monotonic()
-        try:
-            if now - self._children_at >= CHILDREN_REFRESH_S:  # listing children scans /proc: not every tick
-                self._children = self._proc.children(recursive=True)
-                self._children_at = now
-            total = self._proc.memory_info().rss
-        except Exception:
-            return 0
-        for child in self._children:
-            try:
-                total += child.memory_info().rss
-            except Exception:  # a child that just exited
-                pass
-        with self._lock:
-            self.peak = max(self.peak, total)
-            self._case_peak = max(self._case_peak, total)
-        return total
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.sample()
-
-    def start(self) -> "RssSampler":
-        if self._proc is not None and self._thread is None:
-            self.sample()
-            self._thread = threading.Thread(target=self._loop, name="mlts-rss-sampler", daemon=True)
-            self._thread.start()
-        return self
-
-    def case_peak(self) -> int | None:
-        """The peak since the last call (one more sample first, so short cases have one)."""
-        if self._proc is None:
-            return None
-        self.sample()
-        with self._lock:
-            peak, self._case_peak = self._case_peak, 0
-        return peak or None
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=1.0)
-            self._thread = None
-
-
-def _clock(seconds: float) -> str:
-    s = int(round(max(0.0, seconds)))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
-
-
-class Progress:
-    """One line per case on stderr: case n of N, what ran, elapsed time and an ETA."""
-
-    def __init__(self, total: int, stream: TextIO | None = None) -> None:
-        self.total = total
-        self.done = 0
-        self.resumed = 0  # cases finished by an earlier run: in n of N, not in the rate behind the ETA
-        self.stream = stream if stream is not None else sys.stderr
-        self.start = time.monotonic()
-
-    def log(self, line: str) -> None:
-        if self.stream is not None:
-            print(f"mlts benchmark: {line}", file=self.stream, flush=True)
-
-    def case_done(self, label: str, outcome: str, counted: bool = True) -> None:
-        if counted:
-            self.done += 1
-        elapsed = time.monotonic() - self.start
-        remaining = self.total - self.done
-        ran = self.done - self.resumed
-        eta = elapsed / ran * remaining if ran > 0 else float("nan")
-        width = len(str(self.total))
-        eta_text = _clock(eta) if math.isfinite(eta) else "?"
-        self.log(f"[{self.done:>{width}}/{self.total}] {label}: {outcome}  "
-                 f"({_clock(elapsed)} elapsed, ETA {eta_text})")
-
-
 def _digest(arrays: Iterable[np.ndarray]) -> str:
     h = hashlib.sha256()
     for a in arrays:
@@ -316,28 +214,9 @@ def _file_digest(path: Path) -> str | None:
         return None
 
 
-def _error_text(e: BaseException) -> str:
-    if isinstance(e, MltsError):
-        return f"{e.code.name}: {e.message}"
-    return f"{type(e).__name__}: {e}"
-
-
-class _CaseError(Exception):
-    """A failure of one stage of a case; the record keeps what the earlier stages measured."""
-
-    def __init__(self, stage: str, cause: BaseException) -> None:
-        super().__init__(f"{stage}: {_error_text(cause)}")
-        self.stage = stage
-        self.cause = cause
-
-
 def _stage(stage: str, fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except Exception as e:  # the runtime raises MltsError only, but a broken driver must not end the run
-        raise _CaseError(stage, e) from e
+    """A stage that calls no driver (loading, rendering images): unbounded, in this thread."""
+    return Watchdog(None).run(stage, lambda _tick: fn())
 
 
 class HeldOutImages:
@@ -495,6 +374,8 @@ class RunSummary:
     peak_rss_bytes: int | None = None
     notes: list[str] = field(default_factory=list)
     interrupted: bool = False
+    #: "SIGINT" (Ctrl-C) or "SIGTERM" when interrupted
+    interrupted_by: str | None = None
 
     def to_dict(self) -> dict:
         return to_jsonable(asdict(self))
@@ -520,8 +401,12 @@ class BenchmarkRunner:
 
         doc = {"config": self.config.to_dict(), "rules": self.config.rules.describe(),
                "driver_specs": self.driver_specs, "started": started, "finished": finished,
+               "interrupted": summary.interrupted, "interrupted_by": summary.interrupted_by,
                "summary": summary.to_dict()}
-        atomic_write(self.run_dir / RUN_FILE, json.dumps(to_jsonable(doc), indent=2) + "\n")
+        try:
+            atomic_write(self.run_dir / RUN_FILE, json.dumps(to_jsonable(doc), indent=2) + "\n")
+        except OSError as e:
+            raise write_error(self.run_dir / RUN_FILE, e) from None
 
     def run(self) -> RunSummary:
         from mlts.models.zoo_registry import get_entry
@@ -555,18 +440,27 @@ class BenchmarkRunner:
         progress.log(f"{summary.cases} case(s): {len(available)} model(s) x {len(cfg.drivers)} driver(s) "
                      f"x {len(cfg.modes)} mode(s); {cfg.images} held-out image(s) for accuracy; "
                      f"rules {cfg.rules.describe()}")
+        ended = False  # True unless an error (a results file that cannot be written) is on its way out
         try:
             for name in available:
                 _ModelRun(self, name, writer, progress, sampler, summary).run()
-        except KeyboardInterrupt:
+            ended = True
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM through mlts.signals
             summary.interrupted = True
-            progress.log("interrupted: every finished case is kept in results.jsonl (rerun with --resume)")
+            summary.interrupted_by = signal_name(getattr(e, "signum", signal.SIGINT))
+            progress.log(f"interrupted ({summary.interrupted_by}): every finished case is kept in "
+                         "results.jsonl (rerun with --resume)")
+            ended = True
         finally:
             writer.close()
             sampler.stop()
             summary.elapsed_s = time.monotonic() - t0
             summary.peak_rss_bytes = sampler.peak or None
-            self._write_run_file(summary, started, None if summary.interrupted else utc_now())
+            try:
+                self._write_run_file(summary, started, utc_now() if ended and not summary.interrupted else None)
+            except WriteError:
+                if ended:
+                    raise  # else the error already on its way says what failed first
         return summary
 
 
@@ -582,6 +476,7 @@ class _ModelRun:
         self.progress = progress
         self.sampler = sampler
         self.summary = summary
+        self.watchdog = Watchdog(self.cfg.timeout_s)
         self.imported = None
         self.model_info: dict = {}
         self.seeds: dict = {}
@@ -695,7 +590,9 @@ class _ModelRun:
         return self.runner.run_dir / REFERENCE_DIR / f"{self.name}.npz"
 
     def reference_outputs(self) -> np.ndarray | None:
-        """nnapi-reference's outputs on the accuracy images: computed once, kept in the run directory."""
+        """nnapi-reference's outputs on the accuracy images: computed once, kept in the run directory.
+        A failure leaves accuracy scored against the labels only; a timeout (StageTimeout) also fails
+        the case that was waiting for them, and later cases of the model do not wait again."""
         if self._reference is not None or self._reference_error is not None or not self.inputs:
             return self._reference
         digest = self.seeds.get("accuracy_inputs_sha256")
@@ -709,28 +606,53 @@ class _ModelRun:
                         return self._reference
             except (OSError, KeyError, ValueError):
                 pass  # unreadable (a killed run): compute again
-        try:
-            from mlts.runtime import get_device
+        from mlts.runtime import get_device
 
+        def compute(tick: Tick) -> np.ndarray:
             c = Compilation.for_devices(self.imported.model, [get_device(REFERENCE_DEVICE_NAME)])
             c.set_preference(self.runner.preference)
             c.finish()
+            tick()
             infer = _Inference(c, "sync", False)
-            outputs = [infer.output(infer(x)) for x in self.inputs]
-            self._reference = np.stack(outputs)
-        except (KeyboardInterrupt, SystemExit):
+            outputs = []
+            for x in self.inputs:
+                outputs.append(infer.output(infer(x)))
+                tick()
+            return np.stack(outputs)
+
+        try:
+            self._reference = self.watchdog.run(
+                "computing nnapi-reference's outputs for accuracy", compute,
+                waiting_on=lambda units, _s: "the compilation" if units == 0
+                else f"image {units} of {len(self.inputs)}")
+        except StageTimeout as e:
+            self._reference_error = f"reference outputs: {e}"
             raise
-        except Exception as e:
-            self._reference_error = f"reference outputs: {_error_text(e)}"
+        except _CaseError as e:
+            self._reference_error = f"reference outputs: {_error_text(e.cause)}"
             self.progress.log(f"{self.name}: {self._reference_error}; accuracy is scored against labels only")
             return None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, outputs=self._reference, inputs_sha256=np.array(digest),
-                     onnx_sha256=np.array(str(self.model_info.get("onnx_sha256"))))
-        os.replace(tmp, path)
+        self._save_reference(path, digest)
         return self._reference
+
+    def _save_reference(self, path: Path, digest: str | None) -> None:
+        """Keep the reference outputs for a resumed run; best effort (they are also in memory)."""
+        tmp = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, outputs=self._reference, inputs_sha256=np.array(digest),
+                         onnx_sha256=np.array(str(self.model_info.get("onnx_sha256"))))
+            os.replace(tmp, path)
+        except OSError as e:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            self.progress.log(f"{self.name}: cannot keep the reference outputs in {path} "
+                              f"({e.strerror or e}); a resumed run computes them again")
 
     # -- one case --
     def _run_case(self, driver: str, mode: str) -> None:
@@ -741,8 +663,9 @@ class _ModelRun:
         rec = self._record(driver, mode, [driver])
         try:
             device = _stage("finding the device", lambda: get_device(driver))
-            flags = _stage("asking for the supported operations",
-                           lambda: self.imported.model.get_supported_operations_for_devices([device]))
+            flags = self.watchdog.run(
+                "asking for the supported operations",
+                lambda _tick: self.imported.model.get_supported_operations_for_devices([device]), [device])
         except _CaseError as e:
             rec.status, rec.message = "error", str(e)
             self._write(rec, label)
@@ -798,7 +721,7 @@ class _ModelRun:
         c.finish()
         return c, (time.perf_counter() - t) * 1000.0
 
-    def _cache_measurements(self, devices: list) -> tuple[dict, dict] | None:
+    def _cache_measurements(self, devices: list, tick: Tick) -> tuple[dict, dict] | None:
         """As MLTS: a compilation that saves to an empty cache, then one that prepares from it, and the
         cache's size; None when no device of the case caches. Returns (compilation_ms fields, cache)."""
         if all(cache_files_needed(d) == (0, 0) for d in devices):
@@ -806,6 +729,7 @@ class _ModelRun:
         token = hashlib.sha256(f"mlts-benchmark/{self.name}/{'+'.join(d.name for d in devices)}".encode()).digest()
         with tempfile.TemporaryDirectory(prefix="mlts-cache-") as d:
             saving, save_ms = self._compile(devices, (d, token))
+            tick()
             size = cache_size_bytes(saving.cache_reports)
             loading, load_ms = self._compile(devices, (d, token))
         cache = {"status": loading.cache_status, "saved": saving.cache_status, "size_bytes": size,
@@ -813,44 +737,73 @@ class _ModelRun:
         return {"save_to_cache": save_ms, "with_cache": load_ms}, cache
 
     def _measure_case(self, rec: BenchmarkRecord, devices: list, mode: str) -> None:
-        """Fill `rec` with compilation, latency, driver timing, partition and accuracy; a failing stage
-        makes it an error record keeping what the stages before it measured."""
+        """Fill `rec` with compilation, latency, driver timing, partition and accuracy; a failing or stalled
+        stage makes it an error record keeping what the stages before it measured."""
         cfg = self.cfg
+        guard = self.watchdog
+        single = len(devices) == 1  # NNAPI's deadline applies too (_compile, _Inference), and goes first
         infer = None
+        stuck = False
         try:
-            compilation, compile_ms = _stage("compiling", lambda: self._compile(devices))
+            compilation, compile_ms = guard.run("compiling", lambda _tick: self._compile(devices), devices,
+                                                nnapi_deadline=single)
             rec.compilation_ms = {"without_cache": compile_ms, "save_to_cache": None, "with_cache": None}
             rec.partition = partition_info(compilation)
             if cfg.compile_with_cache:
-                cached = _stage("compiling with the cache", lambda: self._cache_measurements(devices))
+                cached = guard.run("compiling with the cache", lambda tick: self._cache_measurements(devices, tick),
+                                   devices, waiting_on=lambda units, _s: ("the compilation saving to the cache",
+                                                                          "the compilation from the cache")[units],
+                                   nnapi_deadline=single)
                 if cached is not None:
                     rec.compilation_ms.update(cached[0])
                     rec.compilation_cache = cached[1]
-            infer = _stage("starting the execution",
-                           lambda: _Inference(compilation, mode, cfg.measure_timing, cfg.timeout_s))
+            infer = guard.run("starting the execution",
+                              lambda _tick: _Inference(compilation, mode, cfg.measure_timing, cfg.timeout_s), devices)
             x = self.timing_input
-            m: Measurement = _stage(f"running ({mode})", lambda: measure(lambda: infer(x), cfg.rules))
+
+            def timed(tick: Tick) -> Measurement:
+                def once() -> Execution:
+                    ex = infer(x)
+                    tick()
+                    return ex
+                return measure(once, cfg.rules)
+
+            m: Measurement = guard.run(f"running ({mode})", timed, devices, waiting_on=runs_waiting_on(cfg.rules),
+                                       nnapi_deadline=single)
             rec.first_inference_ms = m.first_s * 1000.0 if m.first_s is not None else None
             rec.latency = m.stats()
             rec.run_length = {**m.summary(), "rules": cfg.rules.to_dict()}
             rec.driver_time = driver_times(m.returns)
             m.returns.clear()
-            rec.accuracy = _stage("scoring accuracy", lambda: self._accuracy(infer, devices, mode))
+            reference = self.reference_outputs() if self.inputs else None
+            rec.accuracy = guard.run("scoring accuracy",
+                                     lambda tick: self._accuracy(infer, devices, mode, reference, tick), devices,
+                                     waiting_on=inference_waiting_on(len(self.inputs), "image"), nnapi_deadline=single)
         except _CaseError as e:
             rec.status, rec.message = "error", str(e)
-        finally:
-            if infer is not None:
-                infer.close()
+            stuck = isinstance(e, StageTimeout) and e.abandoned
+        if infer is not None and not stuck:  # never wait on a thread stuck in the driver (nor when interrupted)
+            self._close(infer, rec, devices)
 
-    def _accuracy(self, infer: _Inference, devices: list, mode: str) -> dict | None:
+    def _close(self, infer: _Inference, rec: BenchmarkRecord, devices: list) -> None:
+        if infer.burst is None:
+            return  # nothing to close
+        try:
+            self.watchdog.run("closing the burst", lambda _tick: infer.close(), devices)
+        except _CaseError as e:  # a driver that cannot close a burst is broken, whatever it measured
+            if rec.status != "error":
+                rec.status, rec.message = "error", str(e)
+
+    def _accuracy(self, infer: _Inference, devices: list, mode: str, reference: np.ndarray | None,
+                  tick: Tick) -> dict | None:
         if not self.inputs:
             return None
-        reference = self.reference_outputs()
         shared = (len(devices) == 1 and devices[0].name == REFERENCE_DEVICE_NAME and mode == "sync"
                   and reference is not None)
         acc = AccuracyAccumulator(relaxed=bool(self.imported.model.relaxed))
         for i, x in enumerate(self.inputs):
             out = reference[i] if shared else infer.output(infer(x))
+            tick()
             acc.add(out, None if reference is None else reference[i], self.labels[i:i + 1])
         result = acc.result()
         result["images"] = len(self.inputs)

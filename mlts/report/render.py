@@ -13,7 +13,7 @@ from typing import Sequence, Union
 import jinja2
 
 from mlts.benchmark.compare import Thresholds, compare
-from mlts.fileio import atomic_write
+from mlts.fileio import atomic_write, make_dir, write_error
 from mlts.benchmark.records import Results, read_results, utc_now
 from mlts.runtime import MltsError, ResultCode
 from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
@@ -79,12 +79,13 @@ def render_report(results: PathsOrResults, out_path: str | os.PathLike, *, basel
     """Write the report to `out_path` atomically, so a browser or CI upload never sees half a page.
 
     `results` and `baseline` are `Results` or run directories / results.jsonl files (several are
-    merged: runs from several machines or drivers become one comparison).
+    merged: runs from several machines or drivers become one comparison). A path that cannot be written
+    raises mlts.fileio.WriteError ("cannot write <path>: <cause>"), leaving no partial file.
     """
     html = render_html(results, baseline=baseline, title=title)
     out = Path(out_path)
+    make_dir(out.parent)  # WriteError: "cannot write <dir>: <cause>"
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
         return atomic_write(out, html)
     except OSError as e:
-        raise MltsError(ResultCode.BAD_DATA, f"{out}: cannot write the report ({e.strerror or e})") from None
+        raise write_error(out, e) from None
