@@ -8,6 +8,7 @@ from typing import Any, Sequence
 from . import vlog
 from .enums import DeviceType, Preference, Priority, ResultCode
 from .errors import MltsError, bad_data, bad_state
+from .fallbacks import FallbackEvent, record_fallback
 from .execution_plan import ExecutionPlan, Step, log as plan_log, partition
 from .compilation_cache import CACHE_TOKEN_BYTES, CacheReport, prepare_with_cache, summary_status
 from .hal import HalModel, PreparedModel, deadline_from_timeout
@@ -39,6 +40,10 @@ class Compilation:
         self._lock = threading.Lock()
         self._cpu_fallback: dict[Any, PreparedModel] = {}
         self._finish_failed = False
+        #: driver failures hidden by the CPU fallback, at preparation and in executions (mlts.runtime.fallbacks)
+        self.fallbacks: list[FallbackEvent] = []  # the first 100
+        self.fallback_count = 0
+        self._fallback_lock = threading.Lock()  # not _lock: finish() holds that while it falls back
 
     @classmethod
     def for_devices(cls, model: Model, devices: Sequence[Device]) -> "Compilation":
@@ -119,6 +124,7 @@ class Compilation:
                         f"the whole model falls back to {cpu.name}")
                 plan_log.info(line)
                 plan.log_lines.append(line)
+                self.record_fallback(FallbackEvent(step.device.name, "preparation", e.code, e.message, "whole model"))
                 self.cache_reports.clear()  # the steps prepared so far are dropped
                 whole = Step(0, cpu, -1, list(range(len(hal.main.operations))), hal,
                              list(hal.main.input_indexes), list(hal.main.output_indexes))
@@ -156,6 +162,14 @@ class Compilation:
             if key not in self._cpu_fallback:
                 self._cpu_fallback[key] = self._prepare(self.cpu_device, model, None, f"cpu-fallback:{key}")
             return self._cpu_fallback[key]
+
+    def record_fallback(self, event: FallbackEvent) -> None:
+        """Keep a hidden driver failure here and in the process log (executions call this too)."""
+        with self._fallback_lock:
+            self.fallback_count += 1
+            if len(self.fallbacks) < 100:
+                self.fallbacks.append(event)
+        record_fallback(event)
 
     def check_finished(self, call: str) -> None:
         if not self.finished:

@@ -22,12 +22,13 @@ from .enums import (DEFAULT_LOOP_TIMEOUT_NS, MAXIMUM_LOOP_TIMEOUT_NS, NO_TIMING,
                     ResultCode)
 from .errors import MltsError, bad_data, bad_state
 from .execution_plan import Step, log as plan_log
+from .fallbacks import FallbackEvent
 from .hal import (NO_TIMING_INFO, BurstContext, CallTiming, DataLocation, ExecutionResult, OutputShape, PreparedModel,
                   Request, RequestArgument, Timing, deadline_from_timeout, is_valid_timing)
 from .hal_validation import effective_type, validate_fence_fd
 from .memory import Memory
 from . import memory_domains
-from .operand_type import OperandType
+from .operand_type import OperandType, as_operand_array
 from .sync_fence import SyncFence, close_fds, wait_all
 from . import qos
 
@@ -269,6 +270,7 @@ class Execution:
 
     def set_measure_timing(self, measure: bool) -> None:
         self._check_preparation("set_measure_timing")
+        _check_bool(measure, "set_measure_timing")
         if not self.compilation.is_single_explicit_device:
             raise bad_data("set_measure_timing: only for a compilation created for exactly one device")
         self._measure = bool(measure)
@@ -290,6 +292,7 @@ class Execution:
 
     def set_reusable(self, reusable: bool) -> None:
         self._check_preparation("set_reusable")
+        _check_bool(reusable, "set_reusable")
         self._reusable = bool(reusable)
 
     # -- computing ------------------------------------------------------------------------------
@@ -305,7 +308,7 @@ class Execution:
 
         def work() -> None:
             try:
-                self._run(None)
+                self._run(None, asynchronous=True)  # the driver's own asynchronous execute(), as NNAPI's startCompute
                 event._signal()
             except MltsError as e:
                 event._signal(e)
@@ -415,11 +418,11 @@ class Execution:
             self._wall_ns = 0
 
     def _run(self, burst: Burst | None, deadline_override: float | None = None,
-             fenced: tuple[list[int], int | None] | None = None) -> None:
+             fenced: tuple[list[int], int | None] | None = None, asynchronous: bool = False) -> None:
         started = time.perf_counter_ns()
         try:
             deadline = deadline_override if deadline_override is not None else deadline_from_timeout(self._timeout_ns)
-            _Runner(self, burst, deadline, fenced).run()
+            _Runner(self, burst, deadline, fenced, asynchronous).run()
         except MltsError:
             raise
         except Exception as e:  # nothing but MltsError escapes, and an async Event must always be signalled
@@ -543,22 +546,23 @@ def _domain_input(binding: _Binding, call: str) -> _Binding:
 
 
 def _as_array(value: Any, t: OperandType, what: str) -> np.ndarray:
-    if isinstance(value, np.ndarray):
-        if value.dtype != t.dtype:
-            raise bad_data(f"{what}: array dtype {value.dtype} does not match {t.code.name} ({t.dtype})")
-        return value
-    try:
-        return np.asarray(value, dtype=t.dtype)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise bad_data(f"{what}: value cannot be converted to {t.code.name}: {e}") from None
+    """The input's array, by the rule Model.set_operand_value applies to constants (operand_type.py)."""
+    return as_operand_array(value, t, what)
+
+
+def _check_bool(value: Any, call: str) -> None:
+    """A flag must be a bool: bool('no') is True, so anything else is refused rather than coerced."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise bad_data(f"{call}: expected a bool (True or False), got {value!r}")
 
 
 class _Runner:
     """Carries one computation through the plan's steps, with intermediate tensors and CPU fallback."""
 
     def __init__(self, execution: Execution, burst: Burst | None, deadline: float | None,
-                 fenced: tuple[list[int], int | None] | None = None) -> None:
+                 fenced: tuple[list[int], int | None] | None = None, asynchronous: bool = False) -> None:
         self.ex = execution
+        self.asynchronous = asynchronous  # driver calls through PreparedModel.execute and its callback
         self.comp = execution.compilation
         self.plan = self.comp.plan
         self.burst = burst
@@ -584,6 +588,7 @@ class _Runner:
                 raise self._finish_error(e)
             self._log(f"execution failed ({e.code.name}: {e.message}); whole model falls back to "
                       f"{self.comp.cpu_device.name}")
+            self._record_fallback(e, "whole model")
             self.fell_back = True
             values = {k: v for k, v in values.items() if k in main.input_indexes}
             whole = Step(0, self.comp.cpu_device, -1, [], hal, list(main.input_indexes), list(main.output_indexes))
@@ -617,6 +622,12 @@ class _Runner:
     def _may_fall_back(self, e: MltsError) -> bool:
         return self.comp.allows_cpu_fallback and e.code not in NO_FALLBACK_CODES
 
+    def _record_fallback(self, e: MltsError, scope: str, device: str | None = None) -> None:
+        if device is None:  # the whole model: blame the device of the step that failed
+            device = ",".join(
+                dict.fromkeys(s.device.name for s in self.plan.steps if s.device.name != self.comp.cpu_device.name))
+        self.comp.record_fallback(FallbackEvent(device or "?", "execution", e.code, e.message, scope))
+
     def _log(self, line: str) -> None:
         plan_log.info(line)
         vlog.log("execution", line)
@@ -630,6 +641,7 @@ class _Runner:
                 raise
             self._log(f"step {step.index} on {step.device.name} failed ({e.code.name}: {e.message}); "
                       f"retrying the step on {self.comp.cpu_device.name}")
+            self._record_fallback(e, f"step {step.index}", step.device.name)
             self.fell_back = True
             self._execute_on(step, self.comp.cpu_prepared(("step", step.index), step.model), values, use_burst=False)
 
@@ -765,6 +777,8 @@ class _Runner:
                 fences, timeout_after_fence = self.fenced  # already signalled: waited for before admission
                 result = prepared.execute_fenced(request, fences, measure, self.deadline, loop_timeout,
                                                  timeout_after_fence)
+            elif self.asynchronous:
+                result = self._call_async(prepared, request, measure, loop_timeout)
             else:
                 result = prepared.execute_synchronously(request, measure, self.deadline, loop_timeout)
         except MltsError as e:
@@ -790,6 +804,24 @@ class _Runner:
                 or fenced_timing is not getattr(result, "fenced_timing", None):
             result = ExecutionResult(status, shapes, timing, result.message,
                                      call_timing if isinstance(call_timing, CallTiming) else None, fenced_timing)
+        return result
+
+
+    def _call_async(self, prepared: PreparedModel, request: Request, measure: bool,
+                    loop_timeout: int) -> ExecutionResult:
+        """NNAPI's IPreparedModel::execute: returns at once, the callback says when the outputs are
+        written; a callback not notified by the deadline is a missed deadline. A driver that keeps
+        the interface's default execute() (a thread around execute_synchronously) is called synchronously."""
+        if type(prepared).execute is PreparedModel.execute:
+            return prepared.execute_synchronously(request, measure, self.deadline, loop_timeout)
+        callback = prepared.execute(request, measure, self.deadline, loop_timeout)
+        wait = getattr(callback, "wait", None)
+        if not callable(wait):
+            return ExecutionResult(ResultCode.OP_FAILED, [], message="execute() returned no callback")
+        result = wait(None if self.deadline is None else max(0.0, self.deadline - time.monotonic()) + 1.0)
+        if result is None:
+            return ExecutionResult(ResultCode.MISSED_DEADLINE_TRANSIENT, [],
+                                   message="the asynchronous execution was not done by its deadline")
         return result
 
 

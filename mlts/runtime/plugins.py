@@ -196,6 +196,44 @@ def driver_specs(specs: Sequence[str] | None = (), *, environ: bool = True) -> l
     return list(dict.fromkeys(out))
 
 
+def is_builtin_spec(spec: str) -> bool:
+    """Specs that name only mlts's own code (fault drivers, the sample drivers, `mlts.` modules)."""
+    spec = spec.strip()
+    if spec.startswith(FAULTY_PREFIX) or spec in ALIASES:
+        return True
+    module = spec.rpartition(":")[0] or spec
+    return not module.endswith(".py") and "/" not in module and module.split(".")[0] == "mlts"
+
+
+def normal_spec(spec: str) -> str:
+    """A spec with its .py path made absolute (so a run resumed from another directory still finds it and
+    a spec given again matches the recorded one)."""
+    spec = spec.strip()
+    module, sep, attr = spec.rpartition(":")
+    if not module or "/" in attr or attr.endswith(".py"):
+        module, sep, attr = spec, "", ""
+    if module.endswith(".py"):
+        return str(Path(module).expanduser().resolve()) + (sep + attr if attr else "")
+    return spec
+
+
+def recorded_specs(recorded: Sequence[Any], given: Sequence[str], *, trusted: bool, source: str,
+                   trust_flag: str) -> list[str]:
+    """The driver specs named inside a data file (a run's run.json, a saved graph) that may be loaded:
+    those not given again on the command line (`given`, $MLTS_DRIVERS included) are imported only when
+    they name mlts's own code or `trusted` is set; otherwise BAD_DATA naming them and `trust_flag`
+    (data copied from elsewhere must not run code by being read)."""
+    known = {normal_spec(s) for s in driver_specs(list(given))}
+    extra = list(dict.fromkeys(s for s in recorded if isinstance(s, str) and s.strip() and normal_spec(s) not in known))
+    untrusted = [s for s in extra if not is_builtin_spec(s)]
+    if untrusted and not trusted:
+        names = " ".join(f"--driver {s}" for s in untrusted)
+        raise MltsError(ResultCode.BAD_DATA, f"{source} names driver code to import "
+                                             f"({', '.join(repr(s) for s in untrusted)}); it is loaded only when "
+                                             f"given again ({names}) or with {trust_flag}")
+    return extra
+
+
 def register_drivers(specs: Sequence[str], *, hosting: str | None = None) -> list[Device]:
     """Load every spec and make its drivers devices of this process; returns the new Devices.
 
@@ -345,11 +383,11 @@ def _as_driver_list(made: Any, ref: str) -> list[Any]:
 def _probe(ref: str) -> list[str]:
     """The names of the drivers `ref` makes, learnt in a throw-away process (third-party code may
     crash or hang on import; it must not do so here)."""
-    env = dict(os.environ)
-    env[NO_PLUGINS_ENV] = "1"
-    env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    from ..childproc import child_env
+
+    env = child_env({NO_PLUGINS_ENV: "1"})
     # os._exit: a plugin's leftover non-daemon threads must not keep the probe alive.
-    code = ("import os, sys; from mlts.runtime.plugins import _probe_main; rc = _probe_main(sys.argv[1]); "
+    code = ("import os, sys; del sys.path[0]; from mlts.runtime.plugins import _probe_main; rc = _probe_main(sys.argv[1]); "
             "sys.stdout.flush(); sys.stderr.flush(); os._exit(rc)")
     try:
         proc = subprocess.run([sys.executable, "-c", code, ref], env=env, capture_output=True, text=True,

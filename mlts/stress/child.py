@@ -5,8 +5,11 @@ name, spec, hosting, service_ref), specs (the run's --driver specs), hosting (an
 duration_s (already scaled), params, seed, out_dir (artifacts such as failing graphs), work_dir.
 
 The function gets a StressContext; returning means SUCCESS (its return value, a dict, becomes the
-record's details), StressFailure or any error means FAILURE with the reason. Anything worse (a
-signal, os.abort, an exit) is the watchdog's CRASH.
+record's details), StressSkipped means SKIPPED (the test could not exercise the driver), StressFailure
+or any error means FAILURE with the reason. Anything worse (a signal, os.abort, an exit) is the
+watchdog's CRASH. Every result carries the operations that ran on the driver (`details["coverage"]`)
+and the driver failures the runtime's CPU fallback hid (`details["fallbacks"]`); under all-devices a
+hidden failure turns SUCCESS into FAILURE, naming the driver and why it failed.
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ import threading
 import time
 import traceback
 from typing import Any
+
+from ..childproc import die_with_parent
 
 BEAT_EVERY_S = 0.2
 
@@ -56,16 +61,21 @@ class Reporter:
         self.send({"type": "result", "outcome": outcome, "reason": reason, "details": details or {}})
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process if the watchdog dies (a killed pytest must leave no strays)."""
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except Exception:  # not Linux: the process group kill still applies
-        pass
+def _report(reporter: Reporter, ctx: Any, outcome: str, reason: str, details: dict) -> None:
+    """Send the result with coverage and hidden fallbacks; a fallback under all-devices is a FAILURE."""
+    if ctx is not None:
+        fallbacks = ctx.fallbacks()
+        coverage = ctx.coverage_summary()
+        details = {**details, "coverage": coverage, "fallbacks": fallbacks}
+        if (outcome == "SUCCESS" and ctx.job.get("check_coverage") and not ctx.all_devices
+                and not (coverage and coverage["ops_on_driver"])):
+            outcome, reason = "SKIPPED", f"no operation ran on {ctx.driver}" + (f" ({reason})" if reason else "")
+        if fallbacks and ctx.all_devices and outcome in ("SUCCESS", "SKIPPED"):
+            drivers = ", ".join(f"{d} {n} time(s)" for d, n in fallbacks["devices"].items())
+            outcome, reason = "FAILURE", (f"the CPU fallback hid {fallbacks['count']} driver failure(s) ({drivers}): "
+                                          f"{fallbacks['reasons'][0]}" + (f" [{reason}]" if reason else ""))
+            print(f"[stress] FAILURE: {reason}", file=sys.stderr, flush=True)
+    reporter.result(outcome, reason, details)
 
 
 def main(argv: list[str]) -> int:
@@ -73,12 +83,12 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m mlts.stress.child JOB_FILE FD  (started by mlts.stress.watchdog)", file=sys.stderr)
         return 2
-    _die_with_parent()
+    die_with_parent()  # a killed watchdog (or pytest) leaves no strays
     reporter = Reporter(int(argv[1]))
     reporter.beat("started")
     with open(argv[0], encoding="utf-8") as f:
         job = json.load(f)
-    from .context import StressContext, StressFailure, describe_error
+    from .context import StressContext, StressFailure, StressSkipped, describe_error
 
     ctx = None
     try:
@@ -87,14 +97,18 @@ def main(argv: list[str]) -> int:
                 f"hosting {job.get('hosting') or 'default'})")
         ctx.open()
         details = ctx.call_test()
-        reporter.result("SUCCESS", (details or {}).pop("note", "") if isinstance(details, dict) else "",
-                        details if isinstance(details, dict) else {})
+        details = details if isinstance(details, dict) else {}
+        note = str(details.pop("note", "") or "")
+        _report(reporter, ctx, "SUCCESS", note, details)
+    except StressSkipped as e:
+        print(f"[stress] SKIPPED: {e.reason}", file=sys.stderr, flush=True)
+        _report(reporter, ctx, "SKIPPED", e.reason, {})
     except StressFailure as e:
         print(f"[stress] FAILURE: {e.reason}", file=sys.stderr, flush=True)
-        reporter.result("FAILURE", e.reason, e.details)
+        _report(reporter, ctx, "FAILURE", e.reason, e.details)
     except BaseException as e:  # an API error, a wrong result, a bug: all FAILURE, with the reason
         traceback.print_exc()
-        reporter.result("FAILURE", describe_error(e))
+        _report(reporter, ctx, "FAILURE", describe_error(e), {})
     finally:
         if ctx is not None:
             ctx.close()

@@ -12,8 +12,17 @@ from typing import Any, NoReturn, Sequence
 import numpy as np
 
 from ..runtime import Compilation, Device, Execution, MltsError, Model, get_device
+from ..runtime.fallbacks import fallback_mark, fallbacks_since, summarize
 from .drivers import ALL_DEVICES, REFERENCE, Target, open_target
 from .models import StressModel, check_outputs
+
+
+class StressSkipped(Exception):
+    """The test cannot exercise the driver at all: its outcome is SKIPPED (never SUCCESS)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class StressFailure(Exception):
@@ -72,6 +81,9 @@ class StressContext:
         self.device: Device | None = None
         self._undo: Any = None
         self._reference_outputs: dict[str, list[np.ndarray]] = {}
+        self._whole: dict[int, bool] = {}                # id(model) -> the driver runs it whole
+        self.coverage: dict[str, dict[str, Any]] = {}    # model name -> operations on the driver
+        self._fallback_mark = fallback_mark()
 
     # -- set-up -----------------------------------------------------------------------------
     def open(self) -> None:
@@ -111,22 +123,39 @@ class StressContext:
     def fail(self, reason: str, **details: Any) -> NoReturn:
         raise StressFailure(reason, details)
 
+    def skip(self, reason: str) -> NoReturn:
+        """The test cannot exercise the driver: SKIPPED, with the reason."""
+        raise StressSkipped(reason)
+
     def deadline(self, seconds: float | None = None) -> float:
         """A time.monotonic() end, `seconds` (default: the test's scaled duration) from now."""
         return time.monotonic() + (self.duration if seconds is None else seconds)
 
     # -- compile and run --------------------------------------------------------------------
     def devices_for(self, model: Model) -> list[Device] | None:
-        """[the driver] (or None for ALL_DEVICES)."""
-        return None if self.device is None else [self.device]
+        """[the driver] for a model it runs whole; [the driver, nnapi-reference] for one it runs part of
+        (a partitioned compilation without CPU fallback: the driver's failures stay failures); None for
+        ALL_DEVICES."""
+        if self.device is None:
+            return None
+        whole = self._whole.get(id(model))
+        if whole is None:
+            whole = self.supports(model)
+        if whole or self.device.name == REFERENCE:
+            return [self.device]
+        return [self.device, get_device(REFERENCE)]
+
+    def supported_flags(self, model: Model) -> list[bool]:
+        """Per operation: does the driver take it (every one for ALL_DEVICES; none if it refuses the model)."""
+        if self.device is None:
+            return [True] * model.operation_count
+        try:
+            return list(model.get_supported_operations_for_devices([self.device]))
+        except MltsError:
+            return [False] * model.operation_count
 
     def supports(self, model: Model) -> bool:
-        if self.device is None:
-            return True
-        try:
-            return all(model.get_supported_operations_for_devices([self.device]))
-        except MltsError:
-            return False
+        return all(self.supported_flags(model))
 
     def compile(self, model: Model, devices: Sequence[Device] | None = None, *, reference: bool = False) -> Compilation:
         """A finished compilation on the driver (all devices for ALL_DEVICES; the reference alone with
@@ -137,8 +166,53 @@ class StressContext:
             devices = self.devices_for(model)
         c = Compilation(model) if devices is None else Compilation.for_devices(model, list(devices))
         c.finish()
+        if not reference:
+            self._count_coverage(model, c)
         self.beat()
         return c
+
+    def _count_coverage(self, model: Model, c: Compilation) -> None:
+        """How many of the model's operations the compilation gave the driver under test (for
+        ALL_DEVICES: any device but nnapi-reference)."""
+        name = getattr(model, "_stress_name", None)
+        if name in self.coverage or c.plan is None:
+            return
+        if self.device is None:
+            on = sum(len(s.operations) for s in c.plan.steps if s.device.name != REFERENCE)
+        else:
+            on = sum(len(s.operations) for s in c.plan.steps if s.device.name == self.device.name)
+        total = model.operation_count
+        partitioned = len({s.device.name for s in c.plan.steps}) > 1
+        if name is None:  # built on the fly (random graphs, corner cases): one entry for all of them
+            name = "other models"
+            seen = self.coverage.get(name, {"ops_on_driver": 0, "ops_total": 0, "partitioned": False, "count": 0})
+            on, total = on + seen["ops_on_driver"], total + seen["ops_total"]
+            partitioned = partitioned or seen["partitioned"]
+            self.coverage[name] = {"ops_on_driver": on, "ops_total": total, "partitioned": partitioned,
+                                   "count": seen["count"] + 1}
+            return
+        self.coverage[name] = {"ops_on_driver": on, "ops_total": total, "partitioned": partitioned}
+
+    def coverage_summary(self) -> dict[str, Any] | None:
+        """The record's `coverage`: operations that ran on the driver, over every model the test compiled."""
+        if not self.coverage:
+            return None
+        return {"ops_on_driver": sum(c["ops_on_driver"] for c in self.coverage.values()),
+                "ops_total": sum(c["ops_total"] for c in self.coverage.values()),
+                "models": [n if n != "other models" else f"{c['count']} other model(s)"
+                           for n, c in self.coverage.items()],
+                "partitioned": any(c["partitioned"] for c in self.coverage.values())}
+
+    def fallbacks(self) -> dict[str, Any] | None:
+        """Driver failures the CPU fallback hid since the test started (the record's `fallbacks`),
+        less those the test declares legitimate (`tolerated_fallbacks`: result codes such as a clean
+        refusal of impossible work; a dead driver is never tolerated)."""
+        count, events = fallbacks_since(self._fallback_mark)
+        tolerated = set(self.param("tolerated_fallbacks", [])) - {"DEAD_OBJECT"}
+        if tolerated:
+            kept = [e for e in events if e.code.name not in tolerated]
+            count, events = count - (len(events) - len(kept)), kept
+        return summarize(count, events)
 
     def run(self, compilation: Compilation, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         e = Execution(compilation)
@@ -170,20 +244,34 @@ class StressContext:
         self.check(m, outputs, "in the liveness check")
         self.log(f"liveness: {self.driver} still runs {m.name} correctly")
 
-    def supported_models(self, names: Sequence[str]) -> list[StressModel]:
-        """The named models the driver runs whole (a driver that takes none of them is not tested
-        with models, which a test reports as a note)."""
+    def usable_models(self, names: Sequence[str], *, whole_only: bool = False) -> list[StressModel]:
+        """The named models that exercise the driver: those it runs whole, and (unless `whole_only`)
+        those it runs part of, compiled partitioned with nnapi-reference. None of them: the test
+        cannot exercise the driver and is SKIPPED, naming what the driver lacks."""
         from .models import load_model
 
-        out = []
+        out, why = [], []
         for name in names:
             m = load_model(name)
             self.beat(f"loaded {name}")
-            if self.supports(m.model):
+            flags = self.supported_flags(m.model)
+            self._whole[id(m.model)] = all(flags)
+            if all(flags):
+                out.append(m)
+                continue
+            ops = m.model.operations()
+            missing = sorted({code.name for (code, _, _), ok in zip(ops, flags) if not ok})
+            line = (f"{self.driver} does not support every operation of {m.name} (it lacks {', '.join(missing)}; "
+                    f"{sum(flags)} of {len(flags)} operations on the driver)")
+            if any(flags) and not whole_only:
+                self.log(f"{line}: run partitioned with {REFERENCE}")
                 out.append(m)
             else:
-                self.log(f"{self.driver} does not support every operation of {m.name}; not used")
+                self.log(f"{line}: not used")
+                why.append(f"{m.name} ({'none of its operations' if not any(flags) else 'lacks ' + ', '.join(missing)})")
+        if not out:
+            self.skip(f"{self.driver} cannot run any of the test's models: " + "; ".join(why))
         return out
 
 
-__all__ = ["StressContext", "StressFailure", "describe_error"]
+__all__ = ["StressContext", "StressFailure", "StressSkipped", "describe_error"]

@@ -11,18 +11,13 @@ from .context import StressContext, describe_error
 from .models import check_outputs
 
 
-def _models(ctx: StressContext) -> tuple[list, str]:
-    names = list(ctx.param("models", []))
-    models = ctx.supported_models(names)
-    note = "" if models else f"skipped: {ctx.driver} runs none of {', '.join(names)} whole"
-    return models, note
+def _models(ctx: StressContext) -> list:
+    return ctx.usable_models(list(ctx.param("models", [])))
 
 
 def parallel_inference(ctx: StressContext) -> dict[str, Any]:
     """Every model on `threads` threads for the duration, each result checked against the reference."""
-    models, note = _models(ctx)
-    if not models:
-        return {"note": note}
+    models = _models(ctx)
     threads = int(ctx.param("threads", 4))
     compilations = {m.name: ctx.compile(m.model) for m in models}
     expected = {m.name: ctx.reference_outputs(m) for m in models}
@@ -55,14 +50,12 @@ def parallel_inference(ctx: StressContext) -> dict[str, Any]:
     if errors:
         ctx.fail(errors[0], executions=sum(counts))
     ctx.log(f"{sum(counts)} executions of {len(models)} model(s) on {threads} threads")
-    return {"executions": sum(counts), "threads": threads, "models": [m.name for m in models], "note": note}
+    return {"executions": sum(counts), "threads": threads, "models": [m.name for m in models]}
 
 
 def interleaved_models(ctx: StressContext) -> dict[str, Any]:
     """Prepare m1 and m2, run m1, m2, m1, m2, free both; again until the duration is over."""
-    models, note = _models(ctx)
-    if not models:
-        return {"note": note}
+    models = _models(ctx)
     m1, m2 = models[0], models[1 % len(models)]
     end = ctx.deadline()
     cycles = 0
@@ -74,4 +67,4 @@ def interleaved_models(ctx: StressContext) -> dict[str, Any]:
         del c1, c2
         cycles += 1
     ctx.log(f"{cycles} cycles of {m1.name} / {m2.name}")
-    return {"cycles": cycles, "models": [m1.name, m2.name], "note": note}
+    return {"cycles": cycles, "models": [m1.name, m2.name]}

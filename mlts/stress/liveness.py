@@ -10,8 +10,6 @@ from .context import StressContext
 def liveness(ctx: StressContext) -> dict[str, Any]:
     """The first of the models the driver runs whole must still give the reference's results."""
     names = list(ctx.param("models", []))
-    models = ctx.supported_models(names)
-    if not models:
-        return {"note": f"no model of {', '.join(names)} runs whole on {ctx.driver}: nothing to check"}
+    models = ctx.usable_models(names)
     ctx.liveness(models[0])
     return {"model": models[0].name}

@@ -17,9 +17,7 @@ from .models import BUILTIN, StressModel, load_model
 def model_loading(ctx: StressContext) -> dict[str, Any]:
     """Each round builds the model afresh (zoo: ONNX import), compiles it and runs it once."""
     names = list(ctx.param("models", []))
-    usable = [m.name for m in ctx.supported_models(names)]
-    if not usable:
-        return {"note": f"skipped: {ctx.driver} runs none of {', '.join(names)} whole"}
+    usable = [m.name for m in ctx.usable_models(names)]
     end = ctx.deadline()
     rounds = 0
     while rounds == 0 or time.monotonic() < end:
@@ -33,10 +31,7 @@ def model_loading(ctx: StressContext) -> dict[str, Any]:
 def compile_many(ctx: StressContext) -> dict[str, Any]:
     """`count` compilations of the same model held at once, every one run and checked, then freed."""
     names = list(ctx.param("models", []))
-    models = ctx.supported_models(names[:1] or names)
-    if not models:
-        return {"note": f"skipped: {ctx.driver} runs none of {', '.join(names)} whole"}
-    m = models[0]
+    m = ctx.usable_models(names)[0]
     count = int(ctx.param("count", 32))
     end = ctx.deadline()
     rounds = total = 0
@@ -60,9 +55,7 @@ def mmap_constants(ctx: StressContext) -> dict[str, Any]:
     """The suite's own models with every sizeable constant in a memory-mapped weights file
     (CONSTANT_REFERENCE): results as with copied constants, and no file descriptor left behind."""
     candidates = [n for n in ctx.param("models", []) if n in BUILTIN] or ["convnet_f32", "convnet_u8", "conv_add_f32"]
-    plain = [m for m in ctx.supported_models(candidates)]
-    if not plain:
-        return {"note": f"skipped: {ctx.driver} runs none of {', '.join(candidates)} whole"}
+    plain = ctx.usable_models(candidates)
     weights_dir = ctx.work_dir / f"mmap-{os.getpid()}"
     me = psutil.Process()
     fds_before = None

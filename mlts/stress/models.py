@@ -39,6 +39,7 @@ class StressModel:
     output_codes: list[OperandCode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.model._stress_name = self.name  # what the stress record's coverage calls it
         if not self.output_codes:
             self.output_codes = [self.model.operand_type(i).code for i in self.model.outputs]
 

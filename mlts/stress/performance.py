@@ -9,11 +9,13 @@ measurements before it fails:
   machine's other load slow every driver alike; what is left is the driver's own interference);
 - the driver's own speed: its latency alone against the reference's on the same model (a driver
   that is slower than the CPU reference is a regression for every client).
-Latencies are medians of interleaved samples (driver, reference, driver, ...), so drift in the
-machine's load hits both alike.
+Latencies are medians of interleaved samples (driver and reference in random order, pair after pair),
+so drift in the machine's load hits both alike, and the compiling threads pause for random lengths so
+that no periodic load can fall on one of the two every time.
 """
 from __future__ import annotations
 
+import random
 import statistics
 import threading
 import time
@@ -39,8 +41,12 @@ def _measure(ctx: StressContext, drv, ref, inputs, seconds: float, min_samples: 
     r: list[float] = []
     end = time.monotonic() + seconds
     while len(d) < min_samples or time.monotonic() < end:
-        d.append(_latency(ctx, drv, inputs))
-        r.append(_latency(ctx, ref, inputs))
+        if ctx.random.random() < 0.5:  # random order: a periodic load must not always hit the same one
+            d.append(_latency(ctx, drv, inputs))
+            r.append(_latency(ctx, ref, inputs))
+        else:
+            r.append(_latency(ctx, ref, inputs))
+            d.append(_latency(ctx, drv, inputs))
         if len(d) >= 20 * min_samples:
             break
     return d, r
@@ -50,6 +56,7 @@ def _under_compilation(ctx: StressContext, m, drv, ref, threads: int, min_sample
     """Latency samples (driver, reference) while `threads` threads compile the model in a loop, each
     busy `duty` of the time (1.0: back to back)."""
     stop = threading.Event()
+    jitter = random.Random(ctx.seed)
     compiled = [0]
     errors: list[str] = []
 
@@ -63,7 +70,7 @@ def _under_compilation(ctx: StressContext, m, drv, ref, threads: int, min_sample
                 return
             compiled[0] += 1
             busy = time.perf_counter() - start
-            stop.wait(max(0.001, busy * (1.0 - duty) / duty))
+            stop.wait(max(0.001, busy * (1.0 - duty) / duty * jitter.uniform(0.5, 1.5)))  # no fixed period
 
     loaders = [threading.Thread(target=compile_loop, daemon=True, name=f"stress-compile-{k}") for k in range(threads)]
     for t in loaders:
@@ -82,10 +89,7 @@ def _under_compilation(ctx: StressContext, m, drv, ref, threads: int, min_sample
 def performance_degradation(ctx: StressContext) -> dict[str, Any]:
     """See the module doc; the first model of `models` the driver runs whole is measured."""
     names = list(ctx.param("models", []))
-    models = ctx.supported_models(names)
-    if not models:
-        return {"note": f"skipped: {ctx.driver} runs none of {', '.join(names)} whole"}
-    m = models[0]
+    m = ctx.usable_models(names)[0]
     max_slowdown = float(ctx.param("max_slowdown", 0.5))
     threads = int(ctx.param("compile_threads", 1))
     min_samples = int(ctx.param("min_samples", 5))

@@ -30,6 +30,7 @@ from ..runtime import (FuseCode, MltsError, OperandCode, OperandType, OperationC
 from .context import StressContext, describe_error
 from .graph_spec import GraphBuilder, build_model, describe, save_spec
 from .models import compare
+from .shrink import Shrunk, shrink
 
 F32 = OperandCode.TENSOR_FLOAT32
 U8 = OperandCode.TENSOR_QUANT8_ASYMM
@@ -717,12 +718,27 @@ def run_graph(ctx: StressContext, spec: dict[str, Any]) -> tuple[str | None, boo
     return None, True
 
 
-def save_failing(ctx: StressContext, spec: dict[str, Any], reason: str) -> Path:
+def save_failing(ctx: StressContext, spec: dict[str, Any], reason: str, suffix: str = "") -> Path:
     """Save a failing graph with what replaying it needs (driver, its spec, hosting, reason)."""
     spec = dict(spec, driver=ctx.driver, target=ctx.target.to_job(), specs=ctx.specs, hosting=ctx.hosting,
                 reason=reason)
-    name = f"{ctx.driver}-seed{spec.get('seed', 0)}.graph.json".replace("/", "_").replace(":", "_")
+    name = f"{ctx.driver}-seed{spec.get('seed', 0)}{suffix}.graph.json".replace("/", "_").replace(":", "_")
     return save_spec(spec, ctx.out_dir / "failing_graphs" / name)
+
+
+def _shrink(ctx: StressContext, spec: dict[str, Any], why: str) -> Shrunk | None:
+    """The smallest graph that still fails on the driver (mlts.stress.shrink), or None."""
+    if len(spec["operations"]) == 1:
+        return Shrunk(spec, why, [0], False, 0)
+    def fails(candidate: dict[str, Any]) -> str | None:
+        why, did_run = run_graph(ctx, candidate)
+        return why if did_run else None
+
+    def on_reference(candidate: dict[str, Any]) -> list:
+        model, inputs = build_model(candidate)
+        return ctx.run(ctx.compile(model, reference=True), inputs)
+
+    return shrink(spec, fails, on_reference, budget_s=float(ctx.param("shrink_s", 30.0)), beat=ctx.beat)
 
 
 def random_graphs(ctx: StressContext) -> dict[str, Any]:
@@ -752,8 +768,15 @@ def random_graphs(ctx: StressContext) -> dict[str, Any]:
         ran += 1
         if why is not None:
             path = save_failing(ctx, spec, why)
-            ctx.fail(f"random graph seed {seed} ({describe(spec)}): {why}; reproduce with "
-                     f"`mlts stress --replay {path}`", graph=str(path), seed=seed, graphs_run=ran)
+            found = _shrink(ctx, spec, why)
+            if found is None:
+                ctx.fail(f"random graph seed {seed} ({describe(spec)}): {why}; reproduce with "
+                         f"`mlts stress --replay {path}`", graph=str(path), seed=seed, graphs_run=ran)
+            small = save_failing(ctx, dict(found.spec, seed=seed), found.reason, suffix=".shrunk")
+            ctx.fail(f"random graph seed {seed} ({describe(spec)}) fails on {ctx.driver}; shrunk: "
+                     f"{found.describe(spec)}; reproduce with `mlts stress --replay {small}` (whole graph: {path})",
+                     graph=str(path), shrunk_graph=str(small), seed=seed, graphs_run=ran,
+                     shrunk_operations=found.operations)
     ctx.log(f"{ran} random graphs matched nnapi-reference ({skipped} skipped: not supported as a whole)")
     return {"graphs": ran, "skipped": skipped, "pairs": None if allowed is None else len(allowed)}
 

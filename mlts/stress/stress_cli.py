@@ -18,8 +18,16 @@ def _epilog() -> str:
         lines.append(f"  {t.name:<{width}}  {t.duration_s:>4g} / {quick:<4} {t.description}")
     lines += ["", "conformance tests (--tests conformance, or `mlts conformance`; per driver, not all-devices):"]
     lines += [f"  {t.name:<{width}}  {t.description}" for t in CONFORMANCE_TESTS]
-    lines += ["", "outcomes: SUCCESS, FAILURE (with its reason), HANG (killed at its deadline or after no "
-              "heartbeat), CRASH (the test process died); exit status 1 unless every test succeeded."]
+    lines += ["", "models: the zoo models with trained weights (smallest first; quantized ones once built), else the "
+              "suite's own: convnet_f32 / convnet_u8 (CONV_2D, DEPTHWISE_CONV_2D, AVERAGE_POOL_2D, RESHAPE, "
+              "FULLY_CONNECTED, SOFTMAX), conv_add_f32 (CONV_2D, ADD, CONCATENATION), convnet_f32_large (for "
+              "latency). A driver that runs part of a model runs it partitioned with nnapi-reference (no CPU "
+              "fallback: its failures count); the record says how many operations ran on the driver. A test none "
+              "of whose models has an operation the driver takes is SKIPPED."]
+    lines += ["", "outcomes: SUCCESS, SKIPPED (the test could not exercise the driver; never a success), FAILURE "
+              "(with its reason), HANG (killed at its deadline or after no heartbeat), CRASH (the test process "
+              "died). Under all-devices, a driver failure that the CPU fallback hid is a FAILURE. Exit status 1 on "
+              "any FAILURE, HANG or CRASH, or when a driver's tests were all SKIPPED."]
     return "\n".join(lines)
 
 
@@ -42,6 +50,9 @@ def add_stress_parser(subparsers) -> argparse.ArgumentParser:
                    help="multiply every test's duration (0.2: five times shorter)")
     p.add_argument("--replay", metavar="FILE", help="run a saved failing random graph again, on its driver "
                                                     "(or on --drivers)")
+    p.add_argument("--trust-run-dir", action="store_true",
+                   help="with --replay: load the driver files or modules the graph file names (otherwise only "
+                        "those given again with --driver, and mlts's own)")
     p.set_defaults(func=run_stress)
     return p
 
@@ -120,8 +131,13 @@ def _split(values) -> list[str]:
     return [n.strip() for item in values or [] for n in item.split(",") if n.strip()]
 
 
-def _log(line: str) -> None:
-    print(f"mlts stress: {line}", file=sys.stderr, flush=True)
+def _logger(args: argparse.Namespace):
+    """Progress lines prefixed with the command that runs (`mlts stress:` / `mlts conformance:`)."""
+    prefix = f"mlts {getattr(args, 'command', None) or 'stress'}"
+
+    def log(line: str) -> None:
+        print(f"{prefix}: {line}", file=sys.stderr, flush=True)
+    return log
 
 
 def _targets_and_specs(args: argparse.Namespace):
@@ -143,13 +159,18 @@ def _targets_and_specs(args: argparse.Namespace):
 
 
 def run_stress(args: argparse.Namespace) -> int:
-    """Run the suite; 0 only when every test succeeded (CI gates on it)."""
+    """Run the suite; 0 when nothing failed, hung or crashed and every driver was exercised (CI gates on
+    it); SIGTERM / Ctrl-C write the JUnit XML and the report of what finished (exit 143 / 130)."""
     from ..benchmark.records import new_run_dir
+    from ..fileio import WriteError, make_dir
+    from ..signals import exit_status, interrupt_on_signals
     from .catalog import select_tests
     from .drivers import ALL_DEVICES, select_targets
     from .junit import write_junit
     from .models import model_names
-    from .suite import SuiteConfig, outcome_counts, run_suite
+    from .suite import SuiteConfig, outcome_counts, run_passed, run_suite
+
+    _log = _logger(args)
 
     if args.duration_scale <= 0:
         raise MltsError(ResultCode.BAD_DATA, f"--duration-scale must be > 0, got {args.duration_scale:g}")
@@ -168,34 +189,54 @@ def run_stress(args: argparse.Namespace) -> int:
     models, note = model_names()
     if note:
         _log(note)
-    run_dir = Path(args.out) if args.out else new_run_dir("reports")
+    run_dir = make_dir(Path(args.out)) if args.out else new_run_dir("reports")
     config = SuiteConfig(run_dir=run_dir, targets=targets, tests=tests, specs=specs,
                          hosting="in-process" if args.in_process else None, quick=args.quick,
                          duration_scale=args.duration_scale, heartbeat_s=args.heartbeat, models=models,
                          max_models=1 if args.quick else None, seed=args.seed,
                          liveness_after_disruptive=not args.quick)  # quick: the tests' own checks suffice
     _log(f"{len(tests)} test(s) x {len(targets)} target(s) ({', '.join(t.name for t in targets)}) -> {run_dir}")
-    records = run_suite(config, progress=_log)
-    junit = write_junit(records, args.junit or run_dir / "junit-stress.xml")
-    counts = outcome_counts(records)
-    _log(", ".join(f"{n} {o}" for o, n in counts.items() if n) + f"; JUnit XML: {junit}")
-    if not args.no_report:
-        from ..report import render_report
-
+    interrupted: BaseException | None = None
+    with interrupt_on_signals():
         try:
-            report = render_report(run_dir, run_dir / "index.html")
-            _log(f"report: {report}")
-        except MltsError as e:
-            _log(f"the report could not be rendered: {e}")
+            records = run_suite(config, progress=_log)
+        except KeyboardInterrupt as e:  # what finished is in results.jsonl: report it
+            interrupted = e
+            _log(f"interrupted ({e or 'SIGINT'}): reporting the tests that finished")
+            records = _finished_records(run_dir)
+        junit = write_junit(records, args.junit or run_dir / "junit-stress.xml")
+        counts = outcome_counts(records)
+        _log(", ".join(f"{n} {o}" for o, n in counts.items() if n) + f"; JUnit XML: {junit}")
+        if not args.no_report:
+            from ..report import render_report
+
+            try:
+                report = render_report(run_dir, run_dir / "index.html")
+                _log(f"report: {report}")
+            except WriteError:
+                raise
+            except MltsError as e:
+                _log(f"the report could not be rendered: {e}")
     print(run_dir)
-    return 0 if counts.get("SUCCESS", 0) == len(records) else 1
+    if interrupted is not None:
+        return exit_status(interrupted)
+    return 0 if run_passed(records) else 1
+
+
+def _finished_records(run_dir: Path) -> list[dict]:
+    from ..benchmark.records import read_results
+
+    try:
+        return [r for r in read_results(run_dir).records if r.get("kind") == "stress"]
+    except MltsError:
+        return []
 
 
 def run_replay(args: argparse.Namespace) -> int:
     """A saved graph on the driver it failed on (its spec is in the file), or on --drivers."""
     import tempfile
 
-    from ..runtime.plugins import driver_specs
+    from ..runtime.plugins import driver_specs, recorded_specs
     from .catalog import REPLAY
     from .drivers import Target, select_targets
     from .graph_spec import load_spec
@@ -203,7 +244,11 @@ def run_replay(args: argparse.Namespace) -> int:
 
     path = Path(args.replay).resolve()
     spec = load_spec(path)
-    specs = list(dict.fromkeys(list(spec.get("specs") or []) + driver_specs(getattr(args, "driver", None) or [])))
+    given = driver_specs(getattr(args, "driver", None) or [])
+    target_spec = (spec.get("target") or {}).get("spec") if isinstance(spec.get("target"), dict) else None
+    recorded = recorded_specs(list(spec.get("specs") or []) + [target_spec], given, trusted=args.trust_run_dir,
+                              source=f"--replay: {path}", trust_flag="--trust-run-dir")
+    specs = list(dict.fromkeys(given + recorded))
     names = _split(args.drivers)
     if names:
         all_targets, cli_specs = _targets_and_specs(args)

@@ -16,7 +16,7 @@ from ..benchmark.records import SCHEMA_VERSION, ResultsWriter
 from .catalog import LIVENESS, StressTest
 from .drivers import ALL_DEVICES, Target
 from .models import BUILTIN
-from .watchdog import CRASH, FAILURE, HANG, SUCCESS, WatchResult, child_env, run_watched
+from .watchdog import CRASH, FAILURE, HANG, OUTCOMES, SKIPPED, SUCCESS, WatchResult, child_env, run_watched
 
 LOG_DIR = "stress-logs"
 ZOO_MODEL_S = 15.0  # deadline allowance per zoo model a test imports, compiles and runs on the reference
@@ -64,7 +64,7 @@ def make_job(config: SuiteConfig, target: Target, test: StressTest, work_dir: Pa
     p["models"] = config.test_models(test)
     p.update(config.overrides.get(test.name, {}))
     p.update(params)
-    return {"test": test.name, "function": test.function, "target": target.to_job(),
+    return {"test": test.name, "function": test.function, "target": target.to_job(), "check_coverage": test.group == "stress",
             "specs": list(config.specs), "hosting": test.hosting or config.hosting,
             "duration_s": test.duration(config.quick, config.duration_scale), "params": p,
             "seed": config.seed + sum(map(ord, target.name + test.name)), "out_dir": str(config.run_dir),
@@ -99,7 +99,7 @@ def run_test(config: SuiteConfig, target: Target, test: StressTest, work_dir: Pa
         live = watch(config, target, LIVENESS, work_dir, log_name=f"{test.name}.liveness",
                      models=config.models[:2] + FALLBACK_MODELS)
         liveness = {"outcome": live.outcome, "reason": live.reason, "duration_s": round(live.duration_s, 3)}
-        if live.outcome != SUCCESS and outcome == SUCCESS:
+        if live.outcome not in (SUCCESS, SKIPPED) and outcome in (SUCCESS, SKIPPED):
             outcome = FAILURE
             reason = f"the driver did not survive the test: liveness check {live.outcome}: {live.reason}"
     deadline = deadline_for(config, test, config.test_models(test))
@@ -110,6 +110,7 @@ def run_test(config: SuiteConfig, target: Target, test: StressTest, work_dir: Pa
             "heartbeat_s": config.heartbeat_s, "quick": config.quick, "duration_scale": config.duration_scale,
             "hosting": test.hosting or config.hosting or target.hosting, "exit_status": result.exit_status,
             "killed_processes": result.killed, "liveness": liveness, "details": result.details,
+            "coverage": result.details.pop("coverage", None), "fallbacks": result.details.pop("fallbacks", None),
             "log": str(Path(LOG_DIR) / f"{_safe(target.name)}.{_safe(test.name)}.log")}
 
 
@@ -163,11 +164,20 @@ def _earlier_records(run_dir: Path) -> dict[tuple, dict]:
 
 def outcome_counts(records: list[dict[str, Any]]) -> dict[str, int]:
     """Outcome -> count, every outcome present (for summaries)."""
-    counts = {o: 0 for o in (SUCCESS, FAILURE, HANG, CRASH)}
+    counts = {o: 0 for o in OUTCOMES}
     for r in records:
         counts[str(r.get("outcome"))] = counts.get(str(r.get("outcome")), 0) + 1
     return counts
 
 
-__all__ = ["FALLBACK_MODELS", "SuiteConfig", "make_job", "outcome_counts", "run_suite", "run_test",
+def run_passed(records: list[dict[str, Any]]) -> bool:
+    """The run's exit verdict: no FAILURE, HANG or CRASH, and every target had at least one test that
+    exercised it (a driver whose tests were all SKIPPED was not tested, so it did not pass)."""
+    if any(r.get("outcome") not in (SUCCESS, SKIPPED) for r in records):
+        return False
+    targets = {str(r.get("driver")) for r in records}
+    return all(any(r.get("outcome") == SUCCESS for r in records if str(r.get("driver")) == t) for t in targets)
+
+
+__all__ = ["FALLBACK_MODELS", "SuiteConfig", "make_job", "outcome_counts", "run_passed", "run_suite", "run_test",
            "watch"]

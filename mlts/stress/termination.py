@@ -40,15 +40,12 @@ def _kill_and_check_orphans(ctx: StressContext, w: Worker, tracker: TreeTracker)
 
 def _first_model(ctx: StressContext):
     names = list(ctx.param("models", []))
-    models = ctx.supported_models(names)
-    return (models[0] if models else None), names
+    return ctx.usable_models(names)[0], names
 
 
 def client_termination(ctx: StressContext) -> dict[str, Any]:
     """`kills` clients, each killed at a random moment of its compile/execute loop."""
     m, names = _first_model(ctx)
-    if m is None:
-        return {"note": f"skipped: {ctx.driver} runs none of {', '.join(names)} whole"}
     own = ctx.compile(m.model)
     ctx.check(m, ctx.run(own, m.inputs))
     kills = int(ctx.param("kills", 3))
@@ -73,8 +70,6 @@ def multi_process(ctx: StressContext) -> dict[str, Any]:
     """`processes` clients run inference and model loading for the duration; `kills` of them are
     killed at random moments; the others must finish with right results."""
     m, names = _first_model(ctx)
-    if m is None:
-        return {"note": f"skipped: {ctx.driver} runs none of {', '.join(names)} whole"}
     n = int(ctx.param("processes", 3))
     kills = min(int(ctx.param("kills", 1)), n - 1)
     workers = [Worker(ctx, m.name, "mixed", k) for k in range(n)]

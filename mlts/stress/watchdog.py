@@ -4,7 +4,7 @@ The child (`python -m mlts.stress.child JOB FD`) is the leader of a new session 
 so that everything it starts (driver services, client processes) can be killed with it. It writes
 JSON lines on the pipe FD: heartbeats (progress) and one result. The parent decides:
 
-- SUCCESS / FAILURE: the first result line the child reports (later lines, or a crash after it,
+- SUCCESS / SKIPPED / FAILURE: the first result line the child reports (later lines, or a crash after it,
   change nothing: the first outcome reported wins);
 - HANG: no result by the deadline, or no heartbeat for `heartbeat_s`; the whole tree is killed;
 - CRASH: the child died (signal, or exit) without reporting a result.
@@ -19,7 +19,6 @@ import os
 import selectors
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -28,8 +27,11 @@ from typing import Any
 
 import psutil
 
+from .. import childproc
+
 SUCCESS, FAILURE, HANG, CRASH = "SUCCESS", "FAILURE", "HANG", "CRASH"
-OUTCOMES = (SUCCESS, FAILURE, HANG, CRASH)
+SKIPPED = "SKIPPED"  # the test could not exercise the driver: never a SUCCESS
+OUTCOMES = (SUCCESS, SKIPPED, FAILURE, HANG, CRASH)
 POLL_S = 0.05
 TREE_POLL_S = 0.25
 EXIT_GRACE_S = 5.0  # how long a child that reported its result gets to exit by itself
@@ -152,16 +154,9 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES, chars: int = LOG_TAIL_CHAR
 
 
 def child_env(extra: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> dict[str, str]:
-    """The child's environment: ours, with mlts importable from wherever it is installed or checked out."""
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    paths = []
-    for p in sys.path:
-        p = os.path.abspath(p) if p else os.getcwd()
-        if p not in paths:
-            paths.append(p)
-    env["PYTHONPATH"] = os.pathsep.join(paths)
+    """The child's environment: ours, importing the same mlts as this process (mlts.childproc)."""
+    env = childproc.child_env(extra, drop)
     env.setdefault("PYTHONFAULTHANDLER", "1")  # a fatal signal leaves a traceback in the log
-    env.update(extra or {})
     return env
 
 
@@ -183,7 +178,7 @@ def run_watched(job: dict[str, Any], *, deadline_s: float, heartbeat_s: float | 
     job_path.write_text(json.dumps(job), encoding="utf-8")
     read_fd, write_fd = os.pipe()
     started = time.monotonic()
-    argv = list(command) if command else [sys.executable, "-m", CHILD_MODULE]
+    argv = list(command) if command else childproc.module_command(CHILD_MODULE)
     try:
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(argv + [str(job_path), str(write_fd)], stdin=subprocess.DEVNULL, stdout=log,
@@ -229,7 +224,7 @@ def _watch(proc: subprocess.Popen, read_fd: int, started: float, deadline_s: flo
             return
         last_beat = time.monotonic()
         if msg.get("type") == "result" and first is None:
-            outcome = msg.get("outcome") if msg.get("outcome") in (SUCCESS, FAILURE) else FAILURE
+            outcome = msg.get("outcome") if msg.get("outcome") in (SUCCESS, SKIPPED, FAILURE) else FAILURE
             details = msg.get("details") if isinstance(msg.get("details"), dict) else {}
             first = (outcome, str(msg.get("reason") or ""), details)
             decided_at = last_beat
@@ -289,5 +284,5 @@ def _watch(proc: subprocess.Popen, read_fd: int, started: float, deadline_s: flo
                        killed)
 
 
-__all__ = ["CRASH", "FAILURE", "HANG", "OUTCOMES", "SUCCESS", "TreeTracker", "WatchResult", "child_env",
+__all__ = ["CRASH", "FAILURE", "HANG", "OUTCOMES", "SKIPPED", "SUCCESS", "TreeTracker", "WatchResult", "child_env",
            "exit_description", "log_tail", "run_watched"]

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..childproc import die_with_parent
+
 MAX_CLIENT_S = 120.0  # a client nobody kills stops by itself
 
 
@@ -38,6 +40,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m mlts.stress.worker JOB_FILE  (started by the mlts stress termination tests)",
               file=sys.stderr)
         return 2
+    die_with_parent()  # a killed test process (or a SIGKILLed mlts stress) takes its clients with it
     job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     from .context import StressContext, StressFailure, describe_error
     from .models import load_model
@@ -78,6 +81,7 @@ class Worker:
     def __init__(self, ctx: Any, model: str, mode: str, index: int) -> None:
         import subprocess
 
+        from ..childproc import module_command
         from .watchdog import child_env
 
         job = dict(ctx.job)
@@ -88,7 +92,7 @@ class Worker:
         self.index = index
         self.lines: list[str] = []
         self.event = threading.Event()
-        self.proc = subprocess.Popen([sys.executable, "-m", "mlts.stress.worker", str(path)], stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(module_command("mlts.stress.worker", str(path)), stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, env=child_env(), text=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from mlts.stress.catalog import TESTS
+from mlts.stress.context import StressSkipped
 from mlts.stress.models import BUILTIN, builtin_model, check_outputs, model_names, zoo_names
 from mlts.stress.suite import FALLBACK_MODELS
 
@@ -45,10 +46,11 @@ def test_termination_tests_succeed_and_leave_nothing(name, tmp_path, no_strays):
     assert details.get("kills", details.get("killed")) == 1
 
 
-def test_a_driver_without_the_models_is_skipped_with_a_note(tmp_path):
+def test_a_driver_that_takes_none_of_the_models_is_skipped_naming_why(tmp_path):
     test = {t.name: t for t in TESTS}["interleaved_models"]
-    details = run_test_function(test, tmp_path, driver="sample-quant", spec="sample", models=["convnet_f32"])
-    assert details["note"].startswith("skipped: sample-quant runs none of convnet_f32")
+    with pytest.raises(StressSkipped) as e:
+        run_test_function(test, tmp_path, driver="sample-quant", spec="sample", models=["convnet_f32"])
+    assert e.value.reason == "sample-quant cannot run any of the test's models: convnet_f32 (none of its operations)"
 
 
 def test_builtin_models_agree_across_drivers():
