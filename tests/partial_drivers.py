@@ -31,6 +31,7 @@ import numpy as np
 from mlts.runtime import DeviceType, OperandCode, OperationCode, ResultCode
 from mlts.runtime.drivers.kernel_driver import KernelDriver, KernelPreparedModel
 from mlts.runtime.hal import Capabilities, ExecutionCallback, ExecutionResult, OutputShape, Timing
+from mlts.runtime.hal_validation import validate_preparation_arguments
 
 NPU_OPERATIONS = (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.ADD,
                   OperationCode.AVERAGE_POOL_2D)
@@ -58,7 +59,8 @@ class PartialNpuDriver(KernelDriver):
         return (0, 0)  # no compilation caching, as many NPU drivers
 
     def prepare_model(self, model, preference, priority, deadline, cache):
-        prepared = super().prepare_model(model, preference, priority, deadline, None)
+        validate_preparation_arguments(preference, priority, deadline, cache, f"{self.name}: prepare_model")
+        prepared = super().prepare_model(model, preference, priority, deadline, None)  # it caches nothing
         return self.prepared_class(self, prepared.model)
 
     prepared_class = KernelPreparedModel

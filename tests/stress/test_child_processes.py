@@ -106,3 +106,37 @@ def test_conformance_speaks_with_its_own_prefix(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines and all(line.startswith("mlts conformance: ") for line in lines), lines
+
+
+@pytest.mark.slow
+def test_sigterm_writes_the_report_of_what_finished(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(MLTS + ["stress", "--tests", "mmap_constants,sustained_inference", "--drivers", "mlts-fast",
+                                    "--no-all-devices", "--out", str(out)],
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env())
+    try:
+        for line in proc.stderr:  # the first test finished: stop the run in the second (30 s long)
+            if "sustained_inference ..." in line:
+                break
+        time.sleep(2.0)
+        proc.send_signal(15)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, stderr
+    assert "interrupted (SIGTERM): reporting the tests that finished" in stderr and "Traceback" not in stderr
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [(r["test"], r["outcome"]) for r in records] == [("mmap_constants", "SUCCESS")]
+    assert (out / "index.html").exists() and 'tests="1"' in (out / "junit-stress.xml").read_text()
+    assert stdout.strip() == str(out)
+
+
+def test_driver_services_import_the_parents_mlts_from_a_shadowing_directory(tmp_path):
+    cwd = _shadow(tmp_path)
+    console = Path(sys.executable).with_name("mlts")
+    proc = subprocess.run([str(console), "devices", "--driver", "faulty:slow@execute", "--json"], cwd=cwd,
+                          env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    row = rows["faulty-slow-execute"]  # its capabilities came from a live driver service
+    assert row["hosting"] == "service" and "error" not in row and row["capabilities"].startswith("0.5/0.5")

@@ -1,11 +1,15 @@
 """The conformance tests through the suite (each test in a watched process): every check passes (or is
 n/a where an optional feature is missing) on healthy drivers -- nnapi-reference in-process, the sample
 driver hosted as a service, mlts-fast -- and each feature's seeded fault in the fault-injecting driver
-fails exactly that feature's test, with the check that caught it named."""
+fails exactly that feature's test, with the check that caught it named. The vendor-style partial drivers
+(tests/partial_drivers.py), hosted in a service and in-process: npu-timing (timing although not asked)
+and npu-early (completion signalled before the outputs are written) fail the execution paths with their
+rule named, npu-correct passes."""
 from __future__ import annotations
 
 import pytest
 
+import partial_drivers
 from mlts.benchmark.records import read_results
 from mlts.cli import main
 from mlts.runtime.drivers.faulty import parse_spec
@@ -118,3 +122,60 @@ def test_mlts_conformance_end_to_end(tmp_path, no_strays, capsys):
     html = (run_dir / "index.html").read_text()
     assert 'id="conformance"' in html and "IF with a true condition runs the then branch" in html
     assert "conformance_control_flow" in (run_dir / "junit-stress.xml").read_text()
+
+
+PATHS = "conformance_execution_paths"
+EARLY_CHECKS = {"asynchronous execution signals completion after writing its outputs",
+                "the driver's asynchronous execution signals completion after writing its outputs"}
+#: bug -> (checks that must fail, checks that may fail too, what each failing detail says)
+PARTIAL_BUGS = {
+    "timing": ({"HAL timing: none when measure=False (sync, async, burst, fenced)"}, set(),
+               "timing returned although measure=False"),
+    "early": (EARLY_CHECKS, {"the driver's asynchronous execution"},  # its outputs are not there yet either
+              "signalled completion before its outputs were written"),
+}
+
+
+def conformance_cli(tmp_path, bug: str, hosting: str, tests: str = PATHS) -> tuple[int, dict]:
+    out = tmp_path / f"{bug}-{hosting}"
+    rc = main(["conformance", "--driver", partial_drivers.spec(bug), "--drivers", f"npu-{bug}", "--tests", tests,
+               "--out", str(out)] + (["--in-process"] if hosting == "in-process" else []))
+    return rc, {r["test"]: r for r in read_results(out).records if r["kind"] == "stress"}
+
+
+@pytest.mark.parametrize("hosting", ["service", "in-process"])
+@pytest.mark.parametrize("bug", sorted(PARTIAL_BUGS))
+def test_partial_driver_bugs_fail_execution_paths_naming_the_rule(tmp_path, no_strays, bug, hosting):
+    """A vendor's partial driver with one bug, hosted either way: `mlts conformance` exits 1, and the
+    failing checks are the rule's, each detail naming the cause."""
+    must, may, says = PARTIAL_BUGS[bug]
+    rc, records = conformance_cli(tmp_path, bug, hosting)
+    record = records[PATHS]
+    assert rc == 1 and record["outcome"] == "FAILURE", record["reason"]
+    failed = {c["check"]: c["detail"] for c in record["details"]["checks"] if c["verdict"] == "fail"}
+    assert must <= set(failed) <= must | may, failed
+    assert all(says in failed[check] for check in must), failed
+
+
+def test_the_correct_partial_driver_passes_execution_paths_in_process(tmp_path, no_strays):
+    rc, records = conformance_cli(tmp_path, "correct", "in-process")
+    assert rc == 0 and set(verdicts(records[PATHS]).values()) == {"pass"}, records[PATHS]["reason"]
+
+
+def test_the_correct_partial_driver_passes_every_conformance_test_in_a_service(tmp_path, no_strays):
+    rc, records = conformance_cli(tmp_path, "correct", "service", "conformance")
+    assert rc == 0 and set(records) == set(FEATURES)
+    for test, record in records.items():
+        assert record["outcome"] == "SUCCESS", (test, record["reason"])
+        assert set(verdicts(record).values()) <= {"pass", "n/a"}, test
+    assert set(verdicts(records[PATHS]).values()) == {"pass"}  # nothing optional about execution paths
+
+
+def test_a_dead_service_leaves_its_last_words_in_the_record(tmp_path, no_strays):
+    """faulty:crash@execute in its service (the default): the records say how it died and what it wrote."""
+    spec = "faulty:crash@execute"
+    out = run(tmp_path, [Target(parse_spec(spec).name, spec, "service")], tests=[PATHS], specs=[spec])
+    record = out[(parse_spec(spec).name, PATHS)]
+    assert record["outcome"] == "FAILURE"
+    assert "DEAD_OBJECT" in record["reason"] and "died (signal SIGABRT) during execute" in record["reason"]
+    assert "its last output: faulty-crash-execute: injected crash in execution (os.abort)" in record["reason"]

@@ -76,7 +76,7 @@ def test_wrong_results_fail_random_graphs_and_accuracy_checks(tmp_path, no_stray
 def test_leak_fails_the_resource_check(tmp_path, no_strays):
     out = suite(tmp_path, [fault("faulty:leak@execute")], ["sustained_inference"])
     r = out[("faulty-leak-execute", "sustained_inference")]
-    assert r["outcome"] == "FAILURE" and "resident memory grew" in r["reason"]
+    assert r["outcome"] == "FAILURE" and "RSS grows" in r["reason"] and "faulty-leak-execute leaks" in r["reason"]
 
 
 def test_slow_fails_performance_degradation(tmp_path, no_strays):

@@ -5,6 +5,10 @@ child is noticed at once (its end of the socket closes: end of channel) and, as 
 polling the process while waiting; every pending and later call then fails with DEAD_OBJECT. No
 call waits forever on a dead child; a live but silent one is waited for, except past a call's
 deadline (plus a grace period) or the connection's optional call timeout (which kills it).
+
+The service's stdout and stderr come through a pipe that a thread drains at once (so the service never
+blocks on them) into this process's stderr, keeping the last lines: a DEAD_OBJECT error says how the
+service died and what it last wrote (a driver's abort message, a traceback).
 """
 from __future__ import annotations
 
@@ -12,13 +16,13 @@ import atexit
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import weakref
 from collections import deque
 from typing import Any, Sequence
 
+from ... import childproc
 from .. import vlog
 from ..enums import ResultCode
 from ..errors import MltsError
@@ -31,20 +35,15 @@ from .protocol import Call, Reply
 DEADLINE_GRACE_S = 0.5  # how long past a call's deadline the client still waits for the answer
 POLL_S = 0.2  # process polling while waiting (the end of channel is normally seen before)
 EXIT_WAIT_S = 1.0  # how long a child that closed its channel gets to finish exiting
+TAIL_LINES = 10  # the service's last output lines in DEAD_OBJECT messages ...
+TAIL_CHARS = 2000  # ... and at most this many characters of them
+TAIL_KEEP = 200  # lines kept to find them in (a fatal-error dump of every thread is shortened)
+TAIL_WAIT_S = 0.5  # how long a dead service's last output is waited for (its children may hold the pipe)
+CLOSED = "was closed by its client"
 
 _connections: "weakref.WeakSet[Connection]" = weakref.WeakSet()
 #: calls whose answer is a new object in the service, which a late answer must release
 _CREATES = {"prepare_model": "prepared", "prepare_model_from_cache": "prepared", "burst_open": "burst"}
-
-
-def child_python_path() -> str:
-    """The parent's sys.path, so that the child can import every driver reference the parent can."""
-    entries = []
-    for p in sys.path:
-        p = os.path.abspath(p) if p else os.getcwd()
-        if p not in entries:
-            entries.append(p)
-    return os.pathsep.join(entries)
 
 
 class _Pending:
@@ -73,20 +72,23 @@ class Connection:
         self.exporter = PoolExporter()
         self.scratch = ScratchPools(self.exporter)
         parent, child = socket_pair()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = child_python_path()
+        env = childproc.child_env()  # the same mlts as this process, whatever the current directory holds
+        output, output_w = os.pipe()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "mlts.runtime.service.host", str(child.fileno())],
-                pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=_stderr_fd(),
+                childproc.module_command("mlts.runtime.service.host", str(child.fileno())),
+                pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL, stdout=output_w, stderr=output_w,
                 close_fds=True)
         except (OSError, ValueError) as e:
             parent.close()
+            os.close(output)
             raise MltsError(ResultCode.UNAVAILABLE_DEVICE, f"cannot start a driver service for {label}: {e}") from None
         finally:
             child.close()
+            os.close(output_w)
         self.channel = Channel(parent)
         self.pid = self.process.pid
+        self.output = OutputTail(output, f"mlts-service-output-{self.pid}")
         self._parent_pid = os.getpid()
         self._reader = threading.Thread(target=self._read_loop, name=f"mlts-service-reader-{self.pid}", daemon=True)
         self._reader.start()
@@ -104,7 +106,13 @@ class Connection:
         return self._death
 
     def dead_error(self, method: str) -> MltsError:
-        return MltsError(ResultCode.DEAD_OBJECT, f"driver service '{self.label}' {self._death}; {method} refused")
+        return MltsError(ResultCode.DEAD_OBJECT, f"driver service '{self.label}' {self._death}; {method} refused"
+                                                 f"{self._tail_note()}")
+
+    def _tail_note(self) -> str:
+        """What the service last wrote, for errors about its death (none when its client closed it)."""
+        text = "" if self._death == CLOSED else self.output.text()
+        return f"; its last output: {text}" if text else ""
 
     def release_later(self, kind: str, remote_id: int) -> None:
         """From finalizers: the service drops the object with the next call (never blocks, never sends)."""
@@ -218,20 +226,23 @@ class Connection:
     def _died(self, reason: str | None = None, *, kill: bool = False) -> None:
         if self._death is not None:
             return
-        if kill:
-            self._kill()
         if reason is None:
-            reason = self._exit_reason()
-        with self._lock:
+            reason = "killed" if kill else self._exit_reason()
+        with self._lock:  # claimed before a kill, so that the reader seeing the channel end cannot claim it
             if self._death is not None:
                 return
             pending = list(self._pending.values())
             self._pending.clear()
             methods = sorted({p.method for p in pending})
             self._death = f"died ({reason}) during {' and '.join(methods)}" if methods else f"died ({reason})"
-        vlog.log("driver", f"driver service '{self.label}' (process {self.pid}) {self._death}")
+        if kill:
+            self._kill()
+        self.output.wait(TAIL_WAIT_S)  # what it wrote before dying may still be in the pipe
+        note = self._tail_note()
+        vlog.log("driver", f"driver service '{self.label}' (process {self.pid}) {self._death}{note}")
         for p in pending:
-            p.error = MltsError(ResultCode.DEAD_OBJECT, f"driver service '{self.label}' died ({reason}) during {p.method}")
+            p.error = MltsError(ResultCode.DEAD_OBJECT, f"driver service '{self.label}' died ({reason}) during "
+                                                        f"{p.method}{note}")
             p.event.set()
         self._shutdown()
 
@@ -264,6 +275,7 @@ class Connection:
                 self.process.wait(EXIT_WAIT_S)
             except subprocess.TimeoutExpired:
                 pass
+        self.output.wait(TAIL_WAIT_S)  # its last output reaches our stderr before we may exit
         _connections.discard(self)
 
     def close(self) -> None:
@@ -271,7 +283,7 @@ class Connection:
         with self._lock:
             if self._death is not None:
                 return
-            self._death = "was closed by its client"
+            self._death = CLOSED
             pending = list(self._pending.values())
             self._pending.clear()
         for p in pending:
@@ -290,6 +302,7 @@ class Connection:
             os.close(self.channel.sock.detach())  # no shutdown: that would cut the parent's channel too
         except OSError:
             pass
+        self.output.abandon()
 
 
 def _dup_fences(fences: Sequence[int], call: str) -> list[int]:
@@ -313,13 +326,92 @@ def _dup_fences(fences: Sequence[int], call: str) -> list[int]:
 
 
 
-def _stderr_fd() -> int:
-    """The child's stdout goes to our stderr, so that a chatty driver cannot corrupt `--json` output."""
+class OutputTail:
+    """Drains a service's output pipe in a thread: every byte goes on to this process's stderr (never
+    stdout, so that a chatty driver cannot corrupt `--json` output), and the last lines are kept."""
+
+    def __init__(self, fd: int, name: str) -> None:
+        self._fd = fd
+        self._lines: deque[str] = deque(maxlen=TAIL_KEEP)
+        self._partial = b""
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._drain, name=name, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        try:
+            while True:
+                try:
+                    chunk = os.read(self._fd, 65536)
+                except InterruptedError:
+                    continue
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                _forward(chunk)
+                self._keep(chunk)
+        finally:
+            self._keep(b"\n")  # an unfinished last line counts
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+
+    def _keep(self, chunk: bytes) -> None:
+        with self._lock:
+            *done, self._partial = (self._partial + chunk).split(b"\n")
+            self._partial = self._partial[-TAIL_CHARS:]
+            for line in done:
+                text = line.decode("utf-8", "replace").rstrip()
+                if text:
+                    self._lines.append(text[-TAIL_CHARS:])
+
+    def abandon(self) -> None:
+        """In a forked child: the pipe is the parent's to read (its drain thread is not here)."""
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+
+    def wait(self, timeout: float) -> None:
+        """Until the pipe's end (the service and its children exited), at most `timeout` seconds."""
+        self._thread.join(timeout)
+
+    def text(self) -> str:
+        """The last lines, oldest first, joined by " | ", cut to the last TAIL_CHARS characters."""
+        with self._lock:
+            text = " | ".join(last_lines(list(self._lines)))
+        return text if len(text) <= TAIL_CHARS else "..." + text[-(TAIL_CHARS - 3):]
+
+
+def last_lines(lines: list[str], count: int = TAIL_LINES) -> list[str]:
+    """The last `count` lines, where a Python fatal-error dump (faulthandler: every thread's stack) counts
+    as one line saying where the crashing thread was, so that what the driver said before stays in view."""
+    start = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("Fatal Python error:")), None)
+    if start is None:
+        return lines[-count:]
+    frames: list[str] = []
+    current = False
+    for line in lines[start + 1:]:
+        if line.startswith("Current thread"):
+            current = True
+        elif current and line.lstrip().startswith("File ") and len(frames) < 3:
+            frames.append(line.strip())
+        elif current:
+            break
+    crash = lines[start] + (f" (crashing thread, most recent call first: {'; '.join(frames)})" if frames else "")
+    return lines[:start][-(count - 1):] + [crash] if count > 1 else [crash]
+
+
+def _forward(chunk: bytes) -> None:
+    """A service's output onto our stderr, as it would have written it there itself (none if closed)."""
+    view = memoryview(chunk)
     try:
-        os.fstat(2)
-        return 2
+        while view:
+            view = view[os.write(2, view):]
     except OSError:
-        return subprocess.DEVNULL
+        pass
 
 
 def _after_fork_in_child() -> None:

@@ -18,7 +18,7 @@ from .. import vlog
 from ..enums import DeviceType, Preference, Priority, ResultCode
 from ..errors import MltsError, bad_data
 from ..hal import (AllocatedBuffer, BufferDesc, BurstContext, CacheHandles, CallTiming, Capabilities, DeviceBuffer,
-                   Driver, ExecutionResult, HalModel, PreparedModel, Request)
+                   Driver, ExecutionCallback, ExecutionResult, HalModel, PreparedModel, Request)
 from ..hal_validation import validate_deadline, validate_fence_fds, validate_timeout_after_fence
 from ..memory import Memory
 from .build import build_driver
@@ -27,6 +27,9 @@ from .pools import StagedPools, model_pools
 from .protocol import Description, strip_model, strip_request
 
 DEFAULT_START_TIMEOUT_S = 60.0  # a loaded CI machine can take seconds to import numpy
+#: the share of the call timeout the service waits for an asynchronous execution's callback, so that
+#: a callback never notified is answered as a failed execution before the client kills the service
+ASYNC_WAIT_SHARE = 0.8
 
 
 class ServiceDriver(Driver):
@@ -191,6 +194,26 @@ class ServicePreparedModel(PreparedModel):
                               loop_timeout_ns: int) -> ExecutionResult:
         return run_remote(self.conn, "execute", self.remote_id, request, measure, deadline, loop_timeout_ns)
 
+    def execute(self, request: Request, measure: bool, deadline: float | None,
+                loop_timeout_ns: int) -> ExecutionCallback:
+        """The service's driver runs its own execute(); the service answers when the driver's callback is
+        notified, and this callback is notified with that answer once the outputs are copied back."""
+        callback = ExecutionCallback()
+        timeout = self.conn.call_timeout
+        wait_s = None if timeout is None else timeout * ASYNC_WAIT_SHARE
+
+        def run() -> None:
+            try:
+                result = run_remote(self.conn, "execute_async", self.remote_id, request, measure, deadline,
+                                    loop_timeout_ns, wait_s)
+            except Exception as e:  # run_remote reports failures in its result; this is a last resort
+                result = ExecutionResult(ResultCode.OP_FAILED, [], message=f"{self.driver.name}: execute: "
+                                                                           f"{type(e).__name__}: {e}")
+            callback.notify(result)
+
+        threading.Thread(target=run, name="mlts-service-async", daemon=True).start()
+        return callback
+
     def execute_fenced(self, request: Request, wait_for: Sequence[int], measure: bool, deadline: float | None,
                        loop_timeout_ns: int, timeout_after_fence_ns: int | None) -> ExecutionResult:
         """The service's driver waits for the fences (they cross as descriptors), so that a driver that
@@ -239,9 +262,18 @@ class ServiceBurstContext(BurstContext):
         return run_remote(prepared.conn, "burst_execute", self._remote_id, request, measure, deadline, loop_timeout_ns)
 
     def close(self) -> None:
-        if self._remote_id is not None:
-            self.prepared.conn.release_later("burst", self._remote_id)  # type: ignore[attr-defined]
-            self._remote_id = None
+        """The service closes the driver's BurstContext now (the release rides on a ping)."""
+        with self._lock:
+            remote_id, self._remote_id = self._remote_id, None
+        if remote_id is None:
+            return
+        conn = self.prepared.conn  # type: ignore[attr-defined]
+        conn.release_later("burst", remote_id)
+        if not conn.dead:
+            try:
+                conn.call("ping")
+            except MltsError:
+                pass
 
 
 class ServiceBuffer(DeviceBuffer):
@@ -304,9 +336,11 @@ def run_remote(conn: Connection, method: str, remote_id: int, request: Request, 
         staged.release(reusable=reusable)
         return ExecutionResult(e.code, [], message=e.message)
     back = time.perf_counter_ns()
-    if isinstance(result, ExecutionResult) and result.status == ResultCode.NO_ERROR:
+    ok = isinstance(result, ExecutionResult) and result.status == ResultCode.NO_ERROR
+    if ok:
         staged.copy_back()
-    staged.release(reusable=True)
+    # a failed asynchronous execution may be one whose callback was given up on: the driver may still write
+    staged.release(reusable=ok or method != "execute_async")
     if isinstance(result, ExecutionResult):
         runtime_us = (staged_ns + time.perf_counter_ns() - back) // 1000
         result.call_timing = CallTiming(runtime=runtime_us, ipc=max(0, round_trip_us - driver_us), driver=driver_us)

@@ -1,9 +1,12 @@
 """The driver service process: `python -m mlts.runtime.service.host FD` serves one driver over socket FD.
 
 The main thread only reads: it maps the pools each call brings and hands the call to a thread of
-its own, so slow or concurrent executions never stop it from reading. When the channel ends (the
-client closed it, exited or died) the process exits at once, whatever its driver is doing: no
-orphans. SIGINT is ignored: Ctrl-C is the client's to handle.
+its own, so slow or concurrent executions never stop it from reading. Each kind of execution reaches
+the driver's own method for it, as an in-process driver's would: execute_synchronously, execute
+(asynchronous: answered when its callback is notified), a burst's BurstContext, execute_fenced.
+When the channel ends (the client closed it, exited or died) the client's bursts are closed (for at
+most a second) and the process exits, whatever its driver is doing: no orphans. SIGINT is ignored:
+Ctrl-C is the client's to handle.
 """
 from __future__ import annotations
 
@@ -22,12 +25,17 @@ from ..enums import Priority, ResultCode
 from ..compilation_cache import validate_cache_handles
 from ..errors import MltsError
 from ..hal import AllocatedBuffer, BufferToken, BurstContext, DeviceBuffer, Driver, ExecutionResult, PreparedModel
-from ..hal_validation import validate_fence_fds, validate_timeout_after_fence
+from ..hal_validation import validate_deadline, validate_fence_fds, validate_timeout_after_fence
 from .build import build_driver
 from .channel import Channel, ChannelClosed
 from .pools import PoolCache
 from ..sync_fence import close_fds
 from .protocol import Call, Description, Reply, attach_pools
+
+#: how long past its deadline an asynchronous execution's callback is waited for (the client waits
+#: client.DEADLINE_GRACE_S, longer, so that it gets this answer rather than giving up)
+ASYNC_GRACE_S = 0.2
+BURST_CLOSE_S = 1.0  # how long the client's bursts get to close when it is gone
 
 
 class Server:
@@ -55,6 +63,7 @@ class Server:
             try:
                 message, fds = self.channel.recv()
             except ChannelClosed:
+                self.close_bursts()
                 return
             if not isinstance(message, Call):
                 for fd in fds:
@@ -62,6 +71,7 @@ class Server:
                 continue
             if message.method == "shutdown":
                 close_fds(fds)
+                self.close_bursts()
                 return
             self._release(message)
             try:  # the sync fences are the call's (closed after it), every other descriptor a pool's
@@ -95,12 +105,13 @@ class Server:
             with self._lock:
                 table = {"prepared": self.prepared, "burst": self.bursts, "buffer": self.buffers}.get(kind, {})
                 obj = table.pop(remote_id, None)
+            if kind in ("prepared", "burst"):  # their queue priorities (bursts under negative keys)
+                self.priorities.pop(remote_id if kind == "prepared" else -remote_id, None)
             if isinstance(obj, DeviceBuffer):
                 try:
                     obj.free()
                 except Exception:  # nor a driver failing to free a buffer
                     pass
-                self.priorities.pop(remote_id if kind == "prepared" else -remote_id, None)
             if isinstance(obj, BurstContext):
                 try:
                     obj.close()
@@ -149,8 +160,29 @@ class Server:
                                                                  f"answer cannot be sent: {type(e).__name__}: {e}")))
         try:
             self.channel.send_encoded(payload)
-        except ChannelClosed:
-            os._exit(0)  # the client is gone; so are we
+        except ChannelClosed:  # the client is gone; so are we
+            self.close_bursts()
+            os._exit(0)
+
+    def close_bursts(self, timeout: float = BURST_CLOSE_S) -> None:
+        """The client is gone: its bursts are closed, as it would have (a driver may hold resources for
+        them), within `timeout` seconds so that a driver's close() cannot keep the process alive."""
+        with self._lock:
+            bursts = list(self.bursts.values())
+            self.bursts.clear()
+        if not bursts:
+            return
+
+        def close_all() -> None:
+            for burst in bursts:
+                try:
+                    burst.close()
+                except Exception:  # a driver failing to release a burst must not stop the exit
+                    pass
+
+        closer = threading.Thread(target=close_all, name="mlts-service-burst-close", daemon=True)
+        closer.start()
+        closer.join(timeout)
 
     def _register(self, table: dict, obj: Any) -> int:
         with self._lock:
@@ -215,6 +247,24 @@ class Server:
         self._check_tokens(pools)
         return self._queued(prepared_id, prepared.execute_synchronously, attach_pools(request, pools), measure,
                             deadline, loop_timeout_ns)
+
+    def call_execute_async(self, pools: list, prepared_id: int, request, measure: bool, deadline,
+                           loop_timeout_ns: int, wait_s: float | None = None) -> ExecutionResult:
+        """The driver's own asynchronous execute(), answered once its callback is notified (the outputs are
+        then written, if the driver keeps the contract). A callback not notified by the deadline, or within
+        `wait_s` (the client's call timeout less a margin), is answered as a failed execution, never left
+        for the client to kill the service over."""
+        prepared = self._lookup(self.prepared, prepared_id, "prepared model")
+        call = f"{self.name}: execute_async"
+        validate_deadline(deadline, call)  # waited by here
+        if wait_s is not None and (isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or wait_s < 0):
+            raise MltsError(ResultCode.BAD_DATA, f"{call}: wait limit must be None or seconds >= 0, got {wait_s!r}")
+        self._check_tokens(pools)
+
+        def run(request, measure, deadline, loop_timeout_ns) -> ExecutionResult:
+            return await_callback(self.name, prepared, request, measure, deadline, loop_timeout_ns, wait_s)
+
+        return self._queued(prepared_id, run, attach_pools(request, pools), measure, deadline, loop_timeout_ns)
 
     def call_execute_fenced(self, pools: list, fences: list[int], prepared_id: int, request, measure: bool, deadline,
                             loop_timeout_ns: int, timeout_after_fence_ns) -> ExecutionResult:
@@ -329,6 +379,32 @@ def _fence_fds(message: Call, fds: list[int]) -> list[int]:
                                              f"the {len(fds)} descriptors that came with the call")
     return [fds[i] for i in indexes]
 
+
+
+def await_callback(name: str, prepared: PreparedModel, request, measure: bool, deadline: float | None,
+                   loop_timeout_ns: int, wait_s: float | None) -> ExecutionResult:
+    """Call the driver's execute() and wait for its callback: until the deadline (plus ASYNC_GRACE_S)
+    and at most `wait_s`; None for both waits as long as the driver takes, as a synchronous call would."""
+    callback = prepared.execute(request, measure, deadline, loop_timeout_ns)
+    wait = getattr(callback, "wait", None)
+    if not callable(wait):
+        what = type(callback).__name__
+        return ExecutionResult(ResultCode.OP_FAILED, [], message=f"{name}: execute() returned {what}, not an "
+                                                                 f"execution callback")
+    limits = [w for w in (None if deadline is None else max(0.0, deadline - time.monotonic()) + ASYNC_GRACE_S,
+                          wait_s) if w is not None]
+    result = wait(min(limits) if limits else None)
+    if result is None:
+        if deadline is not None and time.monotonic() >= deadline:
+            return ExecutionResult(ResultCode.MISSED_DEADLINE_TRANSIENT, [],
+                                   message=f"{name}: execute(): its callback was not notified by the deadline")
+        within = "" if wait_s is None else f" within {wait_s:g} s"
+        return ExecutionResult(ResultCode.OP_FAILED, [], message=f"{name}: execute(): its callback was not "
+                                                                 f"notified{within}")
+    if not isinstance(result, ExecutionResult):
+        return ExecutionResult(ResultCode.OP_FAILED, [], message=f"{name}: execute(): its callback was notified "
+                                                                 f"with {type(result).__name__}, not a result")
+    return result
 
 
 def _execute(name: str, run, request, measure: bool, deadline, loop_timeout_ns: int) -> ExecutionResult:

@@ -16,8 +16,8 @@ from ..hal import Capabilities, HalModel, Request
 
 #: calls a client may make; "start" must come first and builds the driver
 METHODS = ("start", "get_supported_operations", "prepare_model", "prepare_model_from_cache", "execute",
-           "execute_fenced", "burst_open", "burst_execute", "allocate", "buffer_copy_to", "buffer_copy_from", "ping",
-           "shutdown")
+           "execute_async", "execute_fenced", "burst_open", "burst_execute", "allocate", "buffer_copy_to",
+           "buffer_copy_from", "ping", "shutdown")
 
 
 @dataclass(frozen=True)
