@@ -772,9 +772,11 @@ def random_graphs(ctx: StressContext) -> dict[str, Any]:
             if found is None:
                 ctx.fail(f"random graph seed {seed} ({describe(spec)}): {why}; reproduce with "
                          f"`mlts stress --replay {path}`", graph=str(path), seed=seed, graphs_run=ran)
-            small = save_failing(ctx, dict(found.spec, seed=seed), found.reason, suffix=".shrunk")
+            small = path if found.spec is spec else save_failing(ctx, dict(found.spec, seed=seed), found.reason,
+                                                                  suffix=".shrunk")
+            whole = "" if small == path else f" (whole graph: {path})"
             ctx.fail(f"random graph seed {seed} ({describe(spec)}) fails on {ctx.driver}; shrunk: "
-                     f"{found.describe(spec)}; reproduce with `mlts stress --replay {small}` (whole graph: {path})",
+                     f"{found.describe(spec)}; reproduce with `mlts stress --replay {small}`{whole}",
                      graph=str(path), shrunk_graph=str(small), seed=seed, graphs_run=ran,
                      shrunk_operations=found.operations)
     ctx.log(f"{ran} random graphs matched nnapi-reference ({skipped} skipped: not supported as a whole)")

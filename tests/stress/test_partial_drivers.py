@@ -36,10 +36,11 @@ def suite(tmp_path, targets, tests, **kwargs) -> dict[tuple[str, str], dict]:
     return {(r["driver"], r["test"]): r for r in written}
 
 
-def test_a_correct_partial_driver_succeeds_on_every_quick_test_with_work_on_the_driver(tmp_path, no_strays):
-    quick = [t.name for t in TESTS if t.quick_s is not None]
-    out = suite(tmp_path, [npu("correct")], quick, models=["convnet_f32", "convnet_u8", "conv_add_f32"])
-    for name in quick:
+def test_a_correct_partial_driver_succeeds_on_every_stress_test_with_work_on_the_driver(tmp_path, no_strays):
+    every = [t.name for t in TESTS]
+    out = suite(tmp_path, [npu("correct")], every, models=["convnet_f32", "convnet_u8", "conv_add_f32"],
+                duration_scale=0.25)
+    for name in every:
         r = out[("npu-correct", name)]
         assert r["outcome"] == "SUCCESS", (name, r["reason"], r["log_tail"])
         cov = r["coverage"]
@@ -90,8 +91,10 @@ def test_a_failing_random_graph_is_shrunk_to_the_operation_at_fault(tmp_path, no
     r = out[("npu-pool", "random_graphs")]
     assert r["outcome"] == "FAILURE"
     assert "fails alone" in r["reason"] and "AVERAGE_POOL_2D on TENSOR_" in r["reason"], r["reason"]
-    shrunk = r["details"]["shrunk_graph"]
-    assert shrunk.endswith(".shrunk.graph.json") and os.path.exists(shrunk)
+    shrunk, whole = r["details"]["shrunk_graph"], r["details"]["graph"]
+    assert os.path.exists(shrunk) and f"mlts stress --replay {shrunk}" in r["reason"]
+    if shrunk != whole:  # a graph of several operations: the one at fault is saved apart
+        assert shrunk.endswith(".shrunk.graph.json") and "AVERAGE_POOL_2D" in open(shrunk).read()
 
 
 def test_tests_that_cannot_exercise_a_driver_are_skipped_and_it_does_not_pass(tmp_path, no_strays):
