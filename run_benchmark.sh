@@ -21,7 +21,7 @@ done
 
 "$MLTS" benchmark --out "$run_dir" "$@"
 bench_rc=$?
-if [ "$bench_rc" -eq 130 ]; then exit 130; fi
+if [ "$bench_rc" -eq 130 ] || [ "$bench_rc" -eq 143 ]; then exit "$bench_rc"; fi  # interrupted: its report is written
 echo "== quick stress set and conformance tests" >&2
 "$MLTS" stress "${stress_args[@]}" --out "$run_dir"
 stress_rc=$?

@@ -76,7 +76,7 @@ TESTS: list[StressTest] = [
                "confidence; hard bounds +64 MiB, +16 descriptors)",
                params={"rss_growth_mb": 64, "fd_growth": 16, "warmup_executions": 20, "min_executions": 100,
                        "leak_kib_per_execution": 64, "max_latency_drift": 0.2},
-               quick_params={"warmup_executions": 10, "min_executions": 60}),
+               quick_params={"warmup_executions": 10, "min_executions": 40, "check_every": 2}),
     StressTest("random_graphs", "mlts.stress.random_graphs:random_graphs", 20.0, 2.5,
                "random valid graphs of the driver's operations, compared with nnapi-reference (CTS tolerances)"),
     StressTest("corner_cases", "mlts.stress.corner_cases:corner_cases", 0.0, 0.0,

@@ -60,14 +60,16 @@ def test_a_correct_partial_driver_succeeds_on_every_stress_test_with_work_on_the
     ("throttle", "sustained_inference", "latency drifts +"),
 ])
 def test_each_bug_of_a_partial_driver_is_caught_on_the_driver_alone(tmp_path, no_strays, bug, test, expected):
-    out = suite(tmp_path, [npu(bug)], [test], models=["convnet_f32", "convnet_u8"])
+    longer = {"sustained_inference": {"min_executions": 80}}  # the default set's length: a wide margin
+    out = suite(tmp_path, [npu(bug)], [test], models=["convnet_f32", "convnet_u8"], overrides=longer)
     r = out[(f"npu-{bug}", test)]
     assert r["outcome"] == "FAILURE" and expected in r["reason"], r["reason"]
     assert r["coverage"] is None or r["coverage"]["ops_on_driver"] > 0
 
 
 def test_leak_and_throttle_messages_name_the_rate(tmp_path, no_strays):
-    out = suite(tmp_path, [npu("leak"), npu("throttle")], ["sustained_inference"], models=["convnet_f32"])
+    out = suite(tmp_path, [npu("leak"), npu("throttle")], ["sustained_inference"], models=["convnet_f32"],
+                overrides={"sustained_inference": {"min_executions": 80}})
     leak = out[("npu-leak", "sustained_inference")]["reason"]
     assert "per execution over" in leak and "npu-leak leaks" in leak
     throttle = out[("npu-throttle", "sustained_inference")]["reason"]
