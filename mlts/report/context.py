@@ -551,7 +551,9 @@ class Fallbacks:
 
     @property
     def first(self) -> str:
-        return self.reasons[0] if self.reasons else ""
+        """The first reason, cut to a table cell's worth (the record keeps it whole)."""
+        first = self.reasons[0] if self.reasons else ""
+        return first if len(first) <= 300 else first[:300] + " ..."
 
 
 def fallbacks_of(value: Any) -> Fallbacks | None:
