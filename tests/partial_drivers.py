@@ -11,7 +11,8 @@ Bugs, one per factory (the driver name is `npu-<bug>`):
     race       every execution stages its outputs through one scratch buffer shared by all executions,
                without a lock: concurrent executions overwrite each other's results
     leak       keeps 1 MiB (written, so resident) per execution
-    throttle   each execution is 2% slower than the one before (a device heating up)
+    throttle   each execution is 2% slower than the one before (a device heating up; its runs take at
+               least 2 ms)
     hang       the `HANG_AFTER`-th execution and every later one block forever
     timing     reports timing even when the caller did not ask for it
     early      asynchronous `execute()` signals completion before the outputs are written
@@ -40,6 +41,7 @@ HANG_AFTER = 3
 CRASH_AFTER = 3
 LEAK_BYTES = 1 << 20
 THROTTLE_PER_RUN = 0.02
+DEVICE_MIN_S = 0.002  # a throttling device's run takes at least this long (an NPU's launch latency)
 
 
 class PartialNpuDriver(KernelDriver):
@@ -124,7 +126,8 @@ class _ThrottlePrepared(_Prepared):
         start = time.perf_counter()
         result = self.run(request, measure, deadline, loop_timeout_ns)
         own = time.perf_counter() - start
-        time.sleep(min(1.0, max(own, 0.0005) * ((1.0 + THROTTLE_PER_RUN) ** n - 1.0)))
+        device = max(own, DEVICE_MIN_S)  # what this device's run costs before it heats up
+        time.sleep(min(1.0, device * ((1.0 + THROTTLE_PER_RUN) ** n - 1.0)))
         return result
 
 

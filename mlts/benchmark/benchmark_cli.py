@@ -22,12 +22,13 @@ from mlts.signals import SIGNAL_EXIT_BASE, interrupt_on_signals
 
 from . import runner as R
 from .records import CSV_FILE, ENVIRONMENT_FILE, RESULTS_FILE, new_run_dir, read_results, to_csv
+from .threads import DEFAULT_THREADS, ThreadPinning, parse_threads
 
 REPORT_FILE = "index.html"
 EXIT_OK, EXIT_FAIL, EXIT_INTERRUPTED = 0, 1, 130
 #: Options that choose what a run measures; a resumed run takes them from its run.json instead.
 SELECTION_OPTIONS = ("quick", "models", "drivers", "modes", "preference", "images", "no_reference", "no_partition",
-                     "timeout")
+                     "timeout", "threads")
 
 #: What the presets took on the development machine (2 cores shared with a training job, so a loaded
 #: machine; see the README), stated in --help so a user knows what to expect.
@@ -65,6 +66,10 @@ def _epilog() -> str:
         "  timed runs, nnapi-reference's outputs, accuracy), partitioned cases included, may go --timeout",
         "  seconds without returning; past it the case is an `error` naming the stage, the case's driver",
         "  services are killed (and restarted for the next case) and the run goes on.",
+        "threads: the BLAS, OpenMP and numba pools of mlts and of the driver services it starts run",
+        f"  {DEFAULT_THREADS} thread each unless --threads N (threadpoolctl, numba.set_num_threads and the",
+        "  OPENBLAS/OMP/MKL/NUMBA_NUM_THREADS variables); each record's `conditions` says what the pools",
+        "  used, the load around the case, the CPU frequency and the CPU share other processes took.",
         "exit status: 0 run finished (whatever its cases' statuses); 1 bad input, an output path that",
         "  cannot be written, no model could run (no trained weights), or a FAIL against --baseline;",
         "  130 interrupted by SIGINT (Ctrl-C), 143 by SIGTERM: what finished is kept and reported",
@@ -105,6 +110,9 @@ def add_benchmark_parser(subparsers) -> argparse.ArgumentParser:
                    help="longest wait, in seconds, for any one compilation or inference of a case (every stage, "
                         "partitioned cases included); a driver that exceeds it makes the case an error naming "
                         f"the stage and the run goes on (default {R.DEFAULT_TIMEOUT_S:g}; 0: none)")
+    p.add_argument("--threads", metavar="N",
+                   help=f"threads per BLAS, OpenMP and numba pool, in mlts and in the driver services it starts "
+                        f"(default {DEFAULT_THREADS}: drivers compared one thread each, repeatable on a busy machine)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--out", metavar="DIR", help="run directory (default: reports/<timestamp>)")
     where.add_argument("--resume", metavar="DIR",
@@ -144,7 +152,7 @@ def _resume_config(args: argparse.Namespace) -> tuple[Path, dict]:
         raise _err(f"{run_file}: unreadable ({e})") from None
 
 
-def _new_config(args: argparse.Namespace) -> R.BenchmarkConfig:
+def _new_config(args: argparse.Namespace, threads: int) -> R.BenchmarkConfig:
     quick = bool(args.quick)
     if args.images is not None and not 0 <= args.images <= 1500:
         raise _err(f"--images must be from 0 to 1500 (the held-out set), got {args.images}")
@@ -159,6 +167,7 @@ def _new_config(args: argparse.Namespace) -> R.BenchmarkConfig:
         reference_row=not args.no_reference,
         preset="quick" if quick else "default",
         timeout_s=R.DEFAULT_TIMEOUT_S if args.timeout is None else (args.timeout or None),
+        threads=threads,
     )
 
 
@@ -227,6 +236,23 @@ def run_benchmark(args: argparse.Namespace) -> int:
 
 
 def _run_benchmark(args: argparse.Namespace) -> int:
+    """Pin the thread pools first: driver services start when their drivers are registered, and
+    inherit the pinned environment only if it is set by then."""
+    if args.retry_errors and not args.resume:
+        raise _err("--retry-errors only applies with --resume DIR")
+    if args.trust_run_dir and not args.resume:
+        raise _err("--trust-run-dir only applies with --resume DIR")
+    resumed = _resume_config(args) if args.resume else None
+    if resumed is not None:
+        recorded = (resumed[1].get("config") or {}).get("threads", DEFAULT_THREADS)
+        threads = parse_threads(recorded, f"{resumed[0] / R.RUN_FILE}: config.threads")
+    else:
+        threads = DEFAULT_THREADS if args.threads is None else parse_threads(args.threads)
+    with ThreadPinning(threads):
+        return _run_pinned(args, resumed, threads)
+
+
+def _run_pinned(args: argparse.Namespace, resumed: tuple[Path, dict] | None, threads: int) -> int:
     from mlts.cli import register_cli_drivers
     from mlts.runtime.plugins import driver_specs, normal_spec
 
@@ -235,12 +261,8 @@ def _run_benchmark(args: argparse.Namespace) -> int:
     def log(line: str) -> None:
         print(f"mlts benchmark: {line}", file=sys.stderr, flush=True)
 
-    if args.retry_errors and not args.resume:
-        raise _err("--retry-errors only applies with --resume DIR")
-    if args.trust_run_dir and not args.resume:
-        raise _err("--trust-run-dir only applies with --resume DIR")
-    if args.resume:
-        run_dir, doc = _resume_config(args)
+    if resumed is not None:
+        run_dir, doc = resumed
         args.driver = _resume_specs(args, run_dir / R.RUN_FILE, list(doc.get("driver_specs") or []))
         register_cli_drivers(args)
         config = R.BenchmarkConfig.from_dict(doc["config"])
@@ -251,7 +273,7 @@ def _run_benchmark(args: argparse.Namespace) -> int:
         log(f"resuming {run_dir} ({config.preset} preset)")
     else:
         register_cli_drivers(args)
-        config = _new_config(args)
+        config = _new_config(args, threads)
         if args.out:
             run_dir = Path(args.out)
             if (run_dir / RESULTS_FILE).exists():
@@ -263,7 +285,7 @@ def _run_benchmark(args: argparse.Namespace) -> int:
     specs = [normal_spec(s) for s in driver_specs(args.driver)]
     if not (run_dir / ENVIRONMENT_FILE).exists():
         try:
-            write_environment(run_dir)
+            write_environment(run_dir, requested_threads=threads)
         except OSError as e:
             raise write_error(e.filename or run_dir / ENVIRONMENT_FILE, e) from None
     summary = R.BenchmarkRunner(config, run_dir, stream=sys.stderr, retry_errors=args.retry_errors,

@@ -3,18 +3,23 @@
 Verdicts, per case and overall (the worst case): PASS, WARN, FAIL, in the manner of TFLite's delegate
 performance benchmark. The rules (see `Thresholds` for the numbers):
 
-- both runs ok: median (p50) latency FAILs when it grew by more than `latency_fail_pct` percent,
-  WARNs above `latency_warn_pct` percent, but only when the growth in milliseconds is also larger
-  than the noise: noise_ms = noise_k * max(spread(baseline), spread(current)) with
-  spread(run) = max(p90_ms - p50_ms, std_ms / sqrt(count)). Accuracy (top-1/top-5 accuracy
-  against labels, top-1/top-5 agreement with the reference) FAILs when it dropped by more than
-  `accuracy_fail_points` percentage points, WARNs above `accuracy_warn_points`. A CTS verdict that
-  turns from pass to fail is a FAIL.
+- both runs ok, both records carrying `latency.samples_ms`: latency is decided on the samples
+  (decision.py: Mann-Whitney U p-value against `alpha`, bootstrap interval of the ratio of medians
+  against `latency_slowdown_pct`). Bad samples in the current record FAIL, in the baseline WARN.
+- both runs ok, a record without samples (an old run): median (p50) latency FAILs when it grew by
+  more than `latency_fail_pct` percent, WARNs above `latency_warn_pct` percent, but only when the
+  growth in milliseconds is also larger than the noise: noise_ms = noise_k * max(spread(baseline),
+  spread(current)) with spread(run) = max(p90_ms - p50_ms, std_ms / sqrt(count)).
+- both runs ok: accuracy (top-1/top-5 accuracy against labels, top-1/top-5 agreement with the
+  reference) FAILs when it dropped by more than `accuracy_fail_points` percentage points, WARNs
+  above `accuracy_warn_points`. A CTS verdict that turns from pass to fail is a FAIL.
 - a case that ran (ok) and now errors or is unsupported: FAIL.
 - a current "ok" record without a usable median (missing, NaN, infinite, negative, not a number) or
   with an accuracy metric that is not a finite number: FAIL (nothing was measured that could pass);
   the same in the baseline: WARN (the case cannot be judged). Neither ever passes silently.
 - a case only in one of the two (new or missing): WARN; a case that did not run in either: PASS.
+- both runs ok and both records carry `conditions`: WARN when they were not measured alike
+  (decision.condition_warnings: thread pools, requested threads, other load on the machine).
 """
 from __future__ import annotations
 
@@ -22,13 +27,16 @@ import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
+import numpy as np
 from mlts.runtime import MltsError, ResultCode
 
+from .decision import (DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, DEFAULT_SLOWDOWN_PCT,
+                       FAIL, MIN_SAMPLES, PASS, WARN, Decision, DecisionRule, as_samples, condition_warnings,
+                       decide, fmt_pct, p_text)
 from .records import BENCHMARK, CaseKey, case_key
 
-PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 _SEVERITY = {PASS: 0, WARN: 1, FAIL: 2}
 ACCURACY_METRICS = ("top1_accuracy", "top5_accuracy", "top1_agreement", "top5_agreement")
 _EPS = 1e-9  # "more than a threshold": a value equal to it up to float rounding is not more
@@ -42,17 +50,25 @@ def worst(verdicts: Iterable[str]) -> str:
 class Thresholds:
     """Defaults: a 5% slower median is worth a look (WARN), 15% is a regression (FAIL); a drop of
     0.5 accuracy points is a look, 2 points a regression (with the 1500-image held-out set, 0.5
-    points is 7-8 images). noise_k scales the runs' own spread (1 = one spread)."""
+    points is 7-8 images). noise_k scales the runs' own spread (1 = one spread). Those latency
+    numbers judge records without samples; with samples, `rule()` (decision.DecisionRule) judges:
+    a 10% slowdown FAILs only when the whole confidence interval is above it, so it is lower than 15%."""
 
     latency_warn_pct: float = 5.0
     latency_fail_pct: float = 15.0
     accuracy_warn_points: float = 0.5
     accuracy_fail_points: float = 2.0
     noise_k: float = 1.0
+    latency_slowdown_pct: float = DEFAULT_SLOWDOWN_PCT
+    alpha: float = DEFAULT_ALPHA
+    confidence: float = DEFAULT_CONFIDENCE
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int = DEFAULT_SEED
+    min_samples: int = MIN_SAMPLES
 
     def __post_init__(self) -> None:
         for name in ("latency_warn_pct", "latency_fail_pct", "accuracy_warn_points", "accuracy_fail_points",
-                     "noise_k"):
+                     "noise_k", "latency_slowdown_pct"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise MltsError(ResultCode.BAD_DATA, f"threshold {name} must be a number >= 0, got {v!r}")
@@ -62,14 +78,24 @@ class Thresholds:
         if self.accuracy_warn_points > self.accuracy_fail_points:
             raise MltsError(ResultCode.BAD_DATA, f"threshold accuracy_warn_points ({self.accuracy_warn_points}) is "
                                                  f"above accuracy_fail_points ({self.accuracy_fail_points})")
+        self.rule()  # alpha, confidence, resamples, seed, min_samples: BAD_DATA naming the field
+
+    def rule(self) -> DecisionRule:
+        """The rule for records with samples; its WARN level is latency_warn_pct."""
+        return DecisionRule(alpha=self.alpha, slowdown_pct=self.latency_slowdown_pct, warn_pct=self.latency_warn_pct,
+                            confidence=self.confidence, resamples=self.resamples, seed=self.seed,
+                            min_samples=self.min_samples)
 
     def describe(self) -> str:
-        return (f"latency (median) WARN > {self.latency_warn_pct:g}%, FAIL > {self.latency_fail_pct:g}% "
+        return (f"latency with samples: {self.rule().describe()}; "
+                f"latency without samples (median) WARN > {self.latency_warn_pct:g}%, "
+                f"FAIL > {self.latency_fail_pct:g}% "
                 f"when beyond noise ({self.noise_k:g} x the larger run spread, spread = max(p90 - p50, std/sqrt(n))); "
                 f"accuracy drop WARN > {self.accuracy_warn_points:g}, FAIL > {self.accuracy_fail_points:g} points; "
                 "CTS pass -> fail and ok -> error: FAIL; a current median that is missing, NaN, infinite or "
                 "negative, or an accuracy that is not a finite number: FAIL (in the baseline: WARN); "
-                "new or missing case: WARN")
+                "new or missing case: WARN; runs measured under different conditions (thread pools, a busy "
+                "machine): WARN")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -107,6 +133,14 @@ class Row:
     delta_ms: float | None = None
     delta_pct: float | None = None
     noise_ms: float | None = None
+    decided_on: str | None = None  # "samples" or "summary" (median and spread)
+    baseline_samples: int | None = None
+    current_samples: int | None = None
+    ratio: float | None = None  # median current / baseline
+    ratio_low: float | None = None
+    ratio_high: float | None = None
+    p_value: float | None = None
+    min_detectable_pct: float | None = None
     accuracy: dict = field(default_factory=dict)
     baseline_max_abs_error: float | None = None
     current_max_abs_error: float | None = None
@@ -171,10 +205,11 @@ class Comparison:
         flagged = [r for r in self.rows if r.verdict != PASS]
         passing = [r for r in self.rows if r.verdict == PASS]
         if flagged:
-            out += _table(flagged, show_pref) + [""]
+            out += _table(flagged, show_pref, self.thresholds.confidence) + [""]
         if passing:
             label = "All cases pass" if not flagged else f"{len(passing)} passing case(s)"
-            out += ["<details>", f"<summary>{label}</summary>", ""] + _table(passing, show_pref) + ["", "</details>", ""]
+            out += ["<details>", f"<summary>{label}</summary>", ""]
+            out += _table(passing, show_pref, self.thresholds.confidence) + ["", "</details>", ""]
         if self.notes:
             out += ["Notes:", ""] + [f"- {md_escape(n)}" for n in self.notes] + [""]
         return "\n".join(out)
@@ -212,9 +247,16 @@ def _top1(r: Row) -> str:
     return "-"
 
 
-def _table(rows: list[Row], show_pref: bool) -> list[str]:
+def _ratio(r: Row) -> str:
+    if r.ratio is None:
+        return "-"
+    return f"{r.ratio:.3f}" + (f" [{r.ratio_low:.3f}, {r.ratio_high:.3f}]" if r.ratio_low is not None else "")
+
+
+def _table(rows: list[Row], show_pref: bool, confidence: float) -> list[str]:
     head = ["Verdict", "Model", "Driver", "Mode"] + (["Preference"] if show_pref else []) + [
-        "Median latency (ms)", "Δ", "Top-1 (%)", "Max abs error", "Why"]
+        "Median latency (ms)", "Δ", f"Ratio [{100 * confidence:g}% CI]", "p", "Could detect", "Top-1 (%)",
+        "Max abs error", "Why"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         latency = (f"{_ms(r.baseline_p50_ms)} → {_ms(r.current_p50_ms)}"
@@ -225,7 +267,9 @@ def _table(rows: list[Row], show_pref: bool) -> list[str]:
         # Record text is escaped; the numbers are formatted here and hold nothing to escape.
         names = [r.model, r.driver, r.mode] + ([r.preference] if show_pref else [])
         cells = [r.verdict] + [md_escape(x) for x in names] + [
-            latency, delta, _top1(r), err, md_escape("; ".join(r.reasons)) or "-"]
+            latency, delta, _ratio(r), p_text(r.p_value),
+            f"≥ {fmt_pct(r.min_detectable_pct)}" if r.min_detectable_pct is not None else "-",
+            _top1(r), err, md_escape("; ".join(r.reasons)) or "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -272,7 +316,40 @@ def _unusable(d: dict | None, name: str, *, negative_ok: bool = True) -> str | N
     return None
 
 
-def _compare_latency(row: Row, base: dict, cur: dict, t: Thresholds) -> None:
+#: Where a record came from (its results file), for messages about its content; None when unknown.
+Origin = Callable[[dict], "str | None"]
+
+
+def _samples(row: Row, record: dict, side: str, origin: Origin | None) -> np.ndarray | None:
+    """The record's `latency.samples_ms` as an array; None when absent. Malformed samples FAIL a current
+    record (nothing valid was measured) and WARN on a baseline one, and then count as absent."""
+    latency = _dict(record.get("latency"))
+    if latency.get("samples_ms") is None:
+        return None
+    try:
+        return as_samples(latency["samples_ms"], "latency.samples_ms")
+    except MltsError as e:
+        where = origin(record) if origin else None
+        what = f"{side} {e.message}" + (f" (in {where})" if where else "")
+        if side == "current":
+            row.flag(FAIL, f"{what}: not a valid measurement")
+        else:
+            row.flag(WARN, f"{what}; samples not used")
+        return None
+
+
+def _apply_decision(row: Row, d: Decision) -> None:
+    row.decided_on, row.baseline_samples, row.current_samples = "samples", d.n_baseline, d.n_current
+    row.ratio, row.ratio_low, row.ratio_high = d.ratio, d.ratio_low, d.ratio_high
+    row.p_value, row.min_detectable_pct = d.p_value, d.min_detectable_pct
+    if d.reason and d.verdict != PASS:
+        row.flag(d.verdict, d.reason)
+    elif d.reason:
+        row.reasons.append(d.reason)
+
+
+def _compare_latency(row: Row, base: dict, cur: dict, t: Thresholds, origin: Origin | None = None) -> str | None:
+    """Judge latency; returns the note for a row decided on the summary statistics, to go last."""
     bl, cl = _dict(base.get("latency")), _dict(cur.get("latency"))
     b_bad, c_bad = _unusable(bl, "p50_ms", negative_ok=False), _unusable(cl, "p50_ms", negative_ok=False)
     b, c = (None if b_bad else _number(bl, "p50_ms")), (None if c_bad else _number(cl, "p50_ms"))
@@ -282,13 +359,19 @@ def _compare_latency(row: Row, base: dict, cur: dict, t: Thresholds) -> None:
     if b_bad:
         row.flag(WARN, f"baseline median latency {b_bad}; latency not judged")
     if b_bad or c_bad:
-        return
+        return None
     row.delta_ms = c - b
-    row.noise_ms = t.noise_k * max(spread_ms(bl), spread_ms(cl))
     if b <= 0:
         row.reasons.append("baseline median is 0 ms; latency not judged")
-        return
+        return None
     row.delta_pct = 100.0 * row.delta_ms / b
+    b_samples, c_samples = _samples(row, base, "baseline", origin), _samples(row, cur, "current", origin)
+    if b_samples is not None and c_samples is not None:
+        _apply_decision(row, decide(b_samples, c_samples, t.rule()))
+        return None
+    row.decided_on, row.ratio = "summary", c / b
+    row.noise_ms = t.noise_k * max(spread_ms(bl), spread_ms(cl))
+    row.min_detectable_pct = 100.0 * row.noise_ms / b
     if row.delta_pct > t.latency_warn_pct + _EPS:
         if row.delta_ms <= row.noise_ms:
             row.reasons.append(f"latency {row.delta_pct:+.1f}% within noise (±{_ms(row.noise_ms)} ms)")
@@ -296,6 +379,8 @@ def _compare_latency(row: Row, base: dict, cur: dict, t: Thresholds) -> None:
             row.flag(FAIL, f"latency {row.delta_pct:+.1f}% (> {t.latency_fail_pct:g}%)")
         else:
             row.flag(WARN, f"latency {row.delta_pct:+.1f}% (> {t.latency_warn_pct:g}%)")
+    lacking = " and ".join(side for side, v in (("baseline", b_samples), ("current", c_samples)) if v is None)
+    return f"no samples in {lacking}: decided on the summary statistics"
 
 
 def _compare_accuracy(row: Row, base: dict, cur: dict, t: Thresholds) -> None:
@@ -338,7 +423,18 @@ def _dict(v: object) -> dict:
     return v if isinstance(v, dict) else {}
 
 
-def _compare_case(row: Row, base: dict | None, cur: dict | None, t: Thresholds) -> None:
+def _compare_conditions(row: Row, base: dict, cur: dict, unrecorded: dict[str, int]) -> None:
+    """WARN when the two runs were measured under different conditions; count records without them."""
+    missing = [side for side, r in (("baseline", base), ("current", cur)) if r.get("conditions") is None]
+    for side in missing:
+        unrecorded[side] += 1
+    if not missing:
+        for reason in condition_warnings(base["conditions"], cur["conditions"]):
+            row.flag(WARN, reason)
+
+
+def _compare_case(row: Row, base: dict | None, cur: dict | None, t: Thresholds,
+                  unrecorded: dict[str, int], origin: Origin | None = None) -> None:
     if base is None:
         row.current_status = cur.get("status", "ok")
         row.flag(WARN, "new case (not in baseline)")
@@ -364,13 +460,17 @@ def _compare_case(row: Row, base: dict | None, cur: dict | None, t: Thresholds) 
         else:
             row.reasons.append(f"still {cs}")
         return
-    _compare_latency(row, base, cur, t)
+    note = _compare_latency(row, base, cur, t, origin)
     _compare_accuracy(row, base, cur, t)
+    _compare_conditions(row, base, cur, unrecorded)
+    if note:
+        row.reasons.append(note)
 
 
 def compare(baseline_records: Iterable[dict], current_records: Iterable[dict],
-            thresholds: Thresholds | None = None) -> Comparison:
-    """Compare two sets of results records (from `read_results`); only "benchmark" records count."""
+            thresholds: Thresholds | None = None, *, origin: Origin | None = None) -> Comparison:
+    """Compare two sets of results records (from `read_results`); only "benchmark" records count.
+    `origin` names a record's file in messages about its content."""
     t = thresholds or Thresholds()
     notes: list[str] = []
     base = _latest(baseline_records, "baseline", notes)
@@ -379,10 +479,14 @@ def compare(baseline_records: Iterable[dict], current_records: Iterable[dict],
         raise MltsError(ResultCode.BAD_DATA, "the baseline has no benchmark records")
     if not cur:
         raise MltsError(ResultCode.BAD_DATA, "the current results have no benchmark records")
-    rows = []
+    rows, unrecorded = [], {"baseline": 0, "current": 0}
     for key in sorted(set(base) | set(cur)):
         row = Row(*key)
-        _compare_case(row, base.get(key), cur.get(key), t)
+        _compare_case(row, base.get(key), cur.get(key), t, unrecorded, origin)
         rows.append(row)
+    if any(unrecorded.values()):
+        where = " and ".join(f"{n} {side} record(s)" for side, n in unrecorded.items() if n)
+        notes.append(f"measurement conditions (thread pools, machine load) were not recorded in {where}; "
+                     "those cases were compared without checking them")
     rows.sort(key=lambda r: (-_SEVERITY[r.verdict], r.key))
     return Comparison(rows=rows, thresholds=t, notes=notes)

@@ -1,5 +1,7 @@
 """What machine and software a run measured: latency means little without it, and merged reports
-from several machines need it to tell their rows apart. Written once per run as environment.json."""
+from several machines need it to tell their rows apart. Written once per run as environment.json,
+by `mlts benchmark` after it has pinned the thread pools (threads.ThreadPinning), so `threadpools`,
+`threads` and `env` show what the run used, and `requested_threads` what it asked for."""
 from __future__ import annotations
 
 import json
@@ -11,13 +13,15 @@ from importlib import metadata
 from pathlib import Path
 
 from ..fileio import atomic_write
+from .conditions import load_average
 from .records import ENVIRONMENT_FILE, to_jsonable, utc_now
+from .threads import thread_counts, threadpools
 
 ENVIRONMENT_SCHEMA_VERSION = 1
 #: Environment variables that change what a benchmark measures (thread pools, mlts settings).
 RELEVANT_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
-                "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
-PACKAGES = ("numpy", "pandas", "psutil", "jinja2", "onnx", "pillow")
+                "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "NUMBA_NUM_THREADS")
+PACKAGES = ("numpy", "pandas", "psutil", "jinja2", "onnx", "pillow", "numba", "threadpoolctl")
 
 
 def _cpu_model() -> str:
@@ -68,10 +72,13 @@ def _memory() -> dict:
         return {"total_bytes": None, "available_bytes": None}
 
 
-def _numpy() -> dict:
+def _numpy(pools: list[dict] | None) -> dict:
     import numpy as np
 
-    info: dict = {"version": np.__version__, "blas": None, "threadpools": None}
+    info: dict = {"version": np.__version__, "blas": None,
+                  "threadpools": None if pools is None else
+                  [{k: p.get(k) for k in ("internal_api", "version", "num_threads", "threading_layer")}
+                   for p in pools]}
     try:
         config = np.show_config(mode="dicts")  # numpy >= 1.26
         deps = (config or {}).get("Build Dependencies", {})
@@ -79,14 +86,14 @@ def _numpy() -> dict:
                         if k in ("name", "version", "openblas configuration", "found")} or None
     except Exception:  # an older numpy prints instead of returning; the version alone will do
         pass
-    try:
-        from threadpoolctl import threadpool_info  # optional: the BLAS actually loaded and its threads
-
-        info["threadpools"] = [{k: p.get(k) for k in ("internal_api", "version", "num_threads", "threading_layer")}
-                               for p in threadpool_info()]
-    except Exception:
-        pass
     return info
+
+
+def _threadpools() -> list[dict] | None:
+    try:
+        return threadpools()
+    except Exception:  # threadpoolctl cannot inspect some exotic loaders; the rest of the file still helps
+        return None
 
 
 def _packages() -> dict:
@@ -126,10 +133,12 @@ def git_info(path: str | os.PathLike | None = None) -> dict:
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 
-def collect_environment() -> dict:
-    """A JSON-ready description of this machine and software, for environment.json and the report."""
+def collect_environment(requested_threads: int | None = None) -> dict:
+    """A JSON-ready description of this machine and software, for environment.json and the report.
+    `requested_threads`: what `mlts benchmark --threads` asked for (None outside a benchmark run)."""
     import mlts
 
+    pools = _threadpools()
     return to_jsonable({
         "schema_version": ENVIRONMENT_SCHEMA_VERSION,
         "collected_at": utc_now(),
@@ -140,7 +149,11 @@ def collect_environment() -> dict:
                "platform": platform.platform()},
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
                    "executable": sys.executable},
-        "numpy": _numpy(),
+        "numpy": _numpy(pools),
+        "threadpools": pools,
+        "threads": thread_counts(pools) if pools is not None else None,
+        "requested_threads": requested_threads,
+        "load_average_at_start": load_average(),
         "packages": _packages(),
         "mlts": {"version": getattr(mlts, "__version__", None), **git_info()},
         "env": {k: os.environ[k] for k in sorted(os.environ)
@@ -148,9 +161,10 @@ def collect_environment() -> dict:
     })
 
 
-def write_environment(run_dir: str | os.PathLike, environment: dict | None = None) -> Path:
+def write_environment(run_dir: str | os.PathLike, environment: dict | None = None, *,
+                      requested_threads: int | None = None) -> Path:
     """Write `<run_dir>/environment.json` atomically (a killed run never leaves half of it)."""
-    env = collect_environment() if environment is None else to_jsonable(environment)
+    env = collect_environment(requested_threads) if environment is None else to_jsonable(environment)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     return atomic_write(run_dir / ENVIRONMENT_FILE, json.dumps(env, indent=2, sort_keys=False) + "\n")

@@ -571,10 +571,13 @@ def flatten_record(record: dict, prefix: str = "") -> dict:
 
 
 def to_csv(records: Iterable[dict], path: str | os.PathLike) -> Path:
-    """Write `results.csv` (one row per record, flattened columns), atomically, for spreadsheets and pandas."""
+    """Write `results.csv` (one row per record, flattened columns), atomically, for spreadsheets and pandas.
+    Latency samples stay in results.jsonl: up to 10,000 numbers would not fit a spreadsheet cell."""
     import pandas as pd
 
     rows = [flatten_record(to_jsonable(r)) for r in records]
+    for row in rows:
+        row.pop("latency.samples_ms", None)
     columns: list[str] = [c for c in LEADING_COLUMNS if any(c in row for row in rows)]
     for row in rows:
         for c in row:

@@ -24,20 +24,21 @@ from typing import Any, Callable, Iterable, Sequence, TextIO
 
 import numpy as np
 
-from mlts.runtime import (Burst, Compilation, DurationCode, Execution, MltsError, OperandCode, Preference,
-                          ResultCode)
+from mlts.runtime import Burst, Compilation, Execution, MltsError, OperandCode, Preference, ResultCode
 from mlts.runtime.compilation_cache import cache_files_needed, cache_size_bytes
 from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
-from mlts.runtime.enums import NO_TIMING
 
 from .accuracy import AccuracyAccumulator
+from .case_info import driver_times, partition_info  # noqa: F401  (re-exported: mlts.benchmark.runner.driver_times)
+from .conditions import CaseWindow, busy_note
 from ..fileio import WriteError, atomic_write, write_error
 from ..signals import signal_name
 from .progress import Progress, RssSampler
 from .records import MODES, BenchmarkRecord, ResultsWriter, case_key, read_results, to_jsonable, utc_now
 from .stage_timeout import (CaseError as _CaseError, StageTimeout, Tick, Watchdog, error_text as _error_text,
                             inference_waiting_on, runs_waiting_on)
-from .stats import DEFAULT, QUICK, Measurement, RunLengthRules, latency_stats, measure
+from .stats import DEFAULT, QUICK, Measurement, RunLengthRules, measure
+from .threads import DEFAULT_THREADS, PinnedWatchdog, ThreadPinning, parse_threads
 
 #: The default run: the MobileNets at their default size (width 1.0, 224x224), float and uint8.
 DEFAULT_MODELS = ("mobilenet_v1_1.0_224", "mobilenet_v1_1.0_224_quant",
@@ -158,8 +159,11 @@ class BenchmarkConfig:
     #: Deadline of each compilation and inference on a single device (NNAPI allows none on several), so a
     #: hanging driver service is given up on and the run goes on; None: no deadline.
     timeout_s: float | None = DEFAULT_TIMEOUT_S
+    #: Threads of every BLAS, OpenMP and numba pool during the run (threads.ThreadPinning).
+    threads: int = DEFAULT_THREADS
 
     def __post_init__(self) -> None:
+        self.threads = parse_threads(self.threads, "threads")
         if self.timeout_s is not None and (isinstance(self.timeout_s, bool)
                                            or not isinstance(self.timeout_s, (int, float))
                                            or not math.isfinite(self.timeout_s) or self.timeout_s <= 0):
@@ -295,71 +299,6 @@ class _Inference:
             self.burst.close()
 
 
-def _brief(values_ms: list[float]) -> dict | None:
-    if not values_ms:
-        return None
-    s = latency_stats([v / 1000.0 for v in values_ms])
-    return {"count": s.count, "min_ms": s.min_ms, "mean_ms": s.mean_ms, "p50_ms": s.p50_ms, "p90_ms": s.p90_ms,
-            "max_ms": s.max_ms}
-
-
-def driver_times(executions: Sequence[Execution]) -> dict | None:
-    """Time on the device and in the driver where the driver reports them (single-device compilations),
-    and where each run's wall time went (runtime / IPC to a driver service / driver), as means."""
-    on_device: list[float] = []
-    in_driver: list[float] = []
-    parts: dict[str, list[int]] = {"total": [], "runtime": [], "ipc": [], "driver": []}
-    for ex in executions:
-        try:
-            dev = ex.get_duration(DurationCode.ON_HARDWARE)
-            drv = ex.get_duration(DurationCode.IN_DRIVER)
-        except MltsError:
-            dev = drv = NO_TIMING
-        if dev != NO_TIMING:
-            on_device.append(dev / 1e6)
-        if drv != NO_TIMING:
-            in_driver.append(drv / 1e6)
-        breakdown = getattr(ex, "get_timing_breakdown", None)
-        if breakdown is not None:
-            try:
-                b = breakdown()
-                for k in parts:
-                    parts[k].append(int(b[k]))
-            except (MltsError, KeyError, TypeError, ValueError):
-                pass
-    result = {
-        "runs": len(executions),
-        "on_device": _brief(on_device),
-        "in_driver": _brief(in_driver),
-        "breakdown_mean_us": ({k: sum(v) / len(v) for k, v in parts.items()} if parts["total"] else None),
-    }
-    if result["on_device"] is None and result["in_driver"] is None and result["breakdown_mean_us"] is None:
-        return None
-    return result
-
-
-def partition_info(compilation: Compilation) -> dict:
-    """Which operations went to which device: per step and per device, and (when the model is split)
-    per operation, with the plan's summary lines in NNAPI's words."""
-    hal = compilation.model.hal_model()
-    ops = hal.main.operations
-    steps, per_device, per_op = [], {}, []
-    for s in compilation.plan.steps:
-        types: dict[str, int] = {}
-        for pos in s.operations:
-            name = ops[pos].type.name
-            types[name] = types.get(name, 0) + 1
-            per_op.append((pos, name, s.device.name))
-        steps.append({"step": s.index, "device": s.device.name, "operations": len(s.operations),
-                      "operation_types": dict(sorted(types.items()))})
-        per_device[s.device.name] = per_device.get(s.device.name, 0) + len(s.operations)
-    info: dict = {"steps": steps, "operations_per_device": per_device, "total_operations": len(ops)}
-    if len(per_device) > 1:
-        info["operations"] = [f"{pos}:{name}@{dev}" for pos, name, dev in sorted(per_op)]
-        info["log"] = [line for line in compilation.plan_log if not line.startswith("findBestDevice")]
-    return info
-
-
 # --- the run -----------------------------------------------------------------------------------
 
 @dataclass
@@ -394,6 +333,7 @@ class BenchmarkRunner:
         self.images = HeldOutImages(config.images)
         self.preference = parse_preference(config.preference)
         self.previous_status: dict[tuple, str | None] = {}
+        self.pinning: ThreadPinning | None = None
 
     # -- bookkeeping --
     def _write_run_file(self, summary: RunSummary, started: str, finished: str | None) -> None:
@@ -442,8 +382,9 @@ class BenchmarkRunner:
                      f"rules {cfg.rules.describe()}")
         ended = False  # True unless an error (a results file that cannot be written) is on its way out
         try:
-            for name in available:
-                _ModelRun(self, name, writer, progress, sampler, summary).run()
+            with ThreadPinning(cfg.threads) as self.pinning:
+                for name in available:
+                    _ModelRun(self, name, writer, progress, sampler, summary).run()
             ended = True
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM through mlts.signals
             summary.interrupted = True
@@ -476,7 +417,8 @@ class _ModelRun:
         self.progress = progress
         self.sampler = sampler
         self.summary = summary
-        self.watchdog = Watchdog(self.cfg.timeout_s)
+        self.watchdog = PinnedWatchdog(self.cfg.timeout_s, runner.pinning)
+        self._windows: dict[int, CaseWindow] = {}  # id(record) -> its conditions, from _record to _write
         self.imported = None
         self.model_info: dict = {}
         self.seeds: dict = {}
@@ -491,12 +433,18 @@ class _ModelRun:
         return (self.name, driver, mode, self.cfg.preference)
 
     def _record(self, driver: str, mode: str, devices: list[str]) -> BenchmarkRecord:
-        return BenchmarkRecord(model=self.name, driver=driver, mode=mode, preference=self.cfg.preference,
-                               devices=devices, model_info=dict(self.model_info), seeds=dict(self.seeds),
-                               config=self.cfg.record_config())
+        """A new case's record; the case's conditions are watched from now until it is written."""
+        rec = BenchmarkRecord(model=self.name, driver=driver, mode=mode, preference=self.cfg.preference,
+                              devices=devices, model_info=dict(self.model_info), seeds=dict(self.seeds),
+                              config=self.cfg.record_config())
+        self._windows[id(rec)] = CaseWindow(self.cfg.threads)
+        return rec
 
     def _write(self, rec: BenchmarkRecord, label: str, counted: bool = True) -> None:
         rec.peak_rss_bytes = self.sampler.case_peak()
+        window = self._windows.pop(id(rec), None)
+        if window is not None:
+            rec.extra["conditions"] = window.finish()
         self.writer.write(rec)
         self.summary.records_written += 1
         self.summary.counts[rec.status] = self.summary.counts.get(rec.status, 0) + 1
@@ -513,7 +461,8 @@ class _ModelRun:
             outcome = f"unsupported ({len(rec.unsupported_ops)} operation type(s) missing)"
         else:
             outcome = f"error: {rec.message}"
-        self.progress.case_done(label, outcome, counted)
+        note = busy_note(rec.extra.get("conditions"))
+        self.progress.case_done(label, f"{outcome}; {note}" if note else outcome, counted)
 
     # -- model --
     def _pending(self) -> list[tuple[str, str]]:

@@ -6,6 +6,7 @@ milliseconds, the unit of the report and of the results records.
 from __future__ import annotations
 
 import math
+import random
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
@@ -14,6 +15,16 @@ from mlts.runtime import MltsError, ResultCode
 
 #: Histogram bins when the caller does not choose: the square-root rule, capped so a chart stays readable.
 MAX_HISTOGRAM_BINS = 20
+#: Per-inference latencies kept in a record (`latency.samples_ms`): all of them up to this many, else a
+#: uniform reservoir of this many, so that `mlts compare` can test distributions without unbounded records
+#: (10,000 values are about 90 kB of JSON).
+MAX_SAMPLES = 10_000
+#: The reservoir's seed: the same timed runs always keep the same samples, so a record is reproducible
+#: from the durations and two runs of `mlts report` over one run never disagree.
+RESERVOIR_SEED = 0x6D6C7473  # "mlts"
+#: Kept samples are rounded to this many decimals of a millisecond (0.1 us): far below timer noise,
+#: and it keeps results.jsonl small.
+SAMPLE_DECIMALS = 4
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -87,6 +98,37 @@ def histogram(values_ms: Sequence[float], bins: int | None = None) -> Histogram:
     return Histogram(edges_ms=edges, counts=counts)
 
 
+def reservoir_indices(n: int, k: int, seed: int = RESERVOIR_SEED) -> list[int]:
+    """Indices of a uniform random k-subset of range(n), ascending (all of them when n <= k).
+
+    Reservoir sampling (Vitter's algorithm R): item i (i >= k) replaces a random slot with probability
+    k / (i + 1), which leaves every item in the reservoir with probability k / n. Seeded, so the same
+    n, k and seed always give the same indices; sorted, so kept samples stay in timed order.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise MltsError(ResultCode.BAD_DATA, f"sample count must be an integer >= 0, got {n!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise MltsError(ResultCode.BAD_DATA, f"reservoir size must be an integer >= 1, got {k!r}")
+    if n <= k:
+        return list(range(n))
+    rng = random.Random(seed)
+    kept = list(range(k))
+    for i in range(k, n):
+        j = rng.randrange(i + 1)
+        if j < k:
+            kept[j] = i
+    kept.sort()
+    return kept
+
+
+def keep_samples(values_ms: Sequence[float], limit: int = MAX_SAMPLES, *,
+                 seed: int = RESERVOIR_SEED) -> tuple[list[float], bool]:
+    """(samples, reservoir?): every value in its order, rounded to SAMPLE_DECIMALS, or, when there are
+    more than `limit`, a seeded uniform reservoir of `limit` of them, still in their order."""
+    idx = reservoir_indices(len(values_ms), limit, seed)
+    return [round(float(values_ms[i]), SAMPLE_DECIMALS) for i in idx], len(values_ms) > limit
+
+
 @dataclass(frozen=True)
 class LatencyStats:
     """Per-inference latency of one benchmark case, in milliseconds.
@@ -94,6 +136,9 @@ class LatencyStats:
     `std_ms` is the population standard deviation (numpy's default, ddof=0); percentiles use
     `percentile` above; `throughput_per_s` is runs per second of summed run time (one inference
     at a time, so it is 1000 / mean_ms; None when the runs took no measurable time).
+    `samples_ms` are the timed latencies themselves in timed order (or a uniform reservoir of
+    MAX_SAMPLES of them, `samples_reservoir` True), for tests on whole distributions; the statistics
+    above are always computed from every run. None when not kept (records written before they were).
     """
 
     count: int
@@ -108,6 +153,8 @@ class LatencyStats:
     max_ms: float
     throughput_per_s: float | None
     histogram: Histogram
+    samples_ms: list[float] | None = None
+    samples_reservoir: bool = False
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -116,12 +163,18 @@ class LatencyStats:
 
     @classmethod
     def from_dict(cls, d: dict) -> "LatencyStats":
-        values = {k: d[k] for k in cls.__dataclass_fields__ if k != "histogram"}
-        return cls(**values, histogram=Histogram.from_dict(d["histogram"]))
+        optional = ("histogram", "samples_ms", "samples_reservoir")
+        values = {k: d[k] for k in cls.__dataclass_fields__ if k not in optional}
+        samples = d.get("samples_ms")
+        return cls(**values, histogram=Histogram.from_dict(d["histogram"]),
+                   samples_ms=None if samples is None else [float(x) for x in samples],
+                   samples_reservoir=bool(d.get("samples_reservoir", False)))
 
 
-def latency_stats(durations_s: Sequence[float], *, bins: int | None = None) -> LatencyStats:
-    """Summarize per-run durations (seconds) as the latency statistics of a results record."""
+def latency_stats(durations_s: Sequence[float], *, bins: int | None = None,
+                  samples: bool = True) -> LatencyStats:
+    """Summarize per-run durations (seconds, in timed order) as the latency statistics of a results
+    record; with `samples`, the record keeps the latencies themselves too (see `keep_samples`)."""
     if len(durations_s) == 0:
         raise MltsError(ResultCode.BAD_DATA, "latency statistics need at least one run")
     ms = []
@@ -130,6 +183,7 @@ def latency_stats(durations_s: Sequence[float], *, bins: int | None = None) -> L
         if not math.isfinite(d) or d < 0:
             raise MltsError(ResultCode.BAD_DATA, f"a run duration must be a finite number >= 0, got {d}")
         ms.append(d * 1000.0)
+    kept, reservoir = keep_samples(ms) if samples else (None, False)
     ms.sort()
     n = len(ms)
     total = math.fsum(ms)
@@ -148,6 +202,8 @@ def latency_stats(durations_s: Sequence[float], *, bins: int | None = None) -> L
         max_ms=ms[-1],
         throughput_per_s=(n * 1000.0 / total) if total > 0 else None,
         histogram=histogram(ms, bins),
+        samples_ms=kept,
+        samples_reservoir=reservoir,
     )
 
 

@@ -48,9 +48,11 @@ def sustained_inference(ctx: StressContext) -> dict[str, Any]:
     """Executions until the duration is over (at least `min_executions` after warm-up), each paired
     with one on nnapi-reference in random order. FAILURE as soon as RSS or descriptors outgrow their
     hard bounds; at the end, FAILURE on a steady trend: RSS growing `leak_kib_per_execution` or more
-    per execution, descriptors growing at all, or the driver's latency (over the reference's, which
-    cancels the machine's own drift) drifting `max_latency_drift` or more over the test."""
-    models = ctx.usable_models(list(ctx.param("models", [])))
+    per execution (the 95% interval's lower bound), descriptors growing at all, or the driver's latency
+    (over the reference's, which cancels the machine's own drift) drifting `max_latency_drift` or more
+    over the test with the 95% interval's lower bound above half of that."""
+    # One model by default, as a long-running app runs one: models differ in how a drift shows
+    models = ctx.usable_models(list(ctx.param("models", [])))[:int(ctx.param("max_models", 1))]
     warmup = int(ctx.param("warmup_executions", 20))
     min_executions = int(ctx.param("min_executions", 60))
     check_every = int(ctx.param("check_every", 4))
@@ -144,10 +146,10 @@ def _trends(ctx: StressContext, executions: int, samples: list[tuple[int, int, i
     if latency is not None:
         drift, low = math.expm1(latency.growth), math.expm1(latency.low * latency.span)
         details["latency_trend"] = f"{drift:+.0%} over the test{against} (95% interval from {low:+.0%})"
-        if low >= max_drift:
+        if drift >= max_drift and low >= max_drift / 2:  # a large drift, and surely a real one
             ctx.fail(f"latency drifts {drift:+.0%} over {executions} executions{against} (at least {low:+.0%} "
-                     f"with 95% confidence; allowed < {max_drift:.0%}): {ctx.driver} slows down as it runs "
-                     f"(throttling?)", **details)
+                     f"with 95% confidence; allowed < {max_drift:.0%}, or a 95% interval reaching below "
+                     f"{max_drift / 2:+.0%}): {ctx.driver} slows down as it runs (throttling?)", **details)
     return details
 
 

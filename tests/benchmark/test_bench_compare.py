@@ -63,13 +63,25 @@ def test_spread_uses_standard_error_when_larger():
     assert spread_ms(None) == 0.0
 
 
+def without_samples(record):
+    """The record as written before records kept their samples."""
+    for name in ("samples_ms", "samples_reservoir"):
+        record["latency"].pop(name, None)
+    return record
+
+
 def test_noise_from_real_samples(make_record):
-    base = make_record(runs=[10, 10, 10, 10, 10, 10, 10, 10, 10, 10])
-    noisy = make_record(runs=[9, 10, 11, 12, 13, 14, 15, 16, 20, 30])  # p50 13.5, p90 21
-    row, _ = one_row(base, noisy)
+    base, noisy = [10] * 10, [9, 10, 11, 12, 13, 14, 15, 16, 20, 30]  # noisy: p50 13.5, p90 21
+    row, _ = one_row(without_samples(make_record(runs=base)), without_samples(make_record(runs=noisy)))
     assert row.current_p50_ms == pytest.approx(13.5)
     assert row.noise_ms == pytest.approx(21.0 - 13.5)
     assert row.verdict == PASS  # +35% median, but within the current run's spread
+    assert row.decided_on == "summary" and "no samples in baseline and current" in row.reasons[-1]
+    # The same runs with their samples: 8 of 10 current runs are slower than every baseline run, a
+    # real slowdown (Mann-Whitney p < 0.01), but 10 runs cannot show that it is surely above +10%.
+    row, _ = one_row(make_record(runs=base), make_record(runs=noisy))
+    assert row.decided_on == "samples" and row.p_value < 0.01 and row.ratio == pytest.approx(1.35)
+    assert row.ratio_low < 1.10 < row.ratio_high and row.verdict == WARN
 
 
 @pytest.mark.parametrize("cur_top1, verdict", [
@@ -160,8 +172,11 @@ def test_markdown_summary(make_record):
     md = compare(base, cur).to_markdown()
     assert md.startswith("### mlts compare: FAIL")
     assert "2 FAIL, 0 WARN, 1 PASS of 3 case(s)." in md
-    assert "| Verdict | Model | Driver | Mode | Median latency (ms) |" in md
-    assert "| FAIL | b | nnapi-reference | sync | 10.00 → 12.00 | +20.0% | 70.0 → 70.0 |" in md
+    assert ("| Verdict | Model | Driver | Mode | Median latency (ms) | Δ | Ratio [95% CI] | p | Could detect | "
+            "Top-1 (%) |") in md
+    # No samples in these records: the ratio is the medians' and "could detect" the noise (0 here).
+    assert ("| FAIL | b | nnapi-reference | sync | 10.00 → 12.00 | +20.0% | 1.200 | - | ≥ 0.0% | "
+            "70.0 → 70.0 |") in md
     assert "driver \\| died" in md  # a pipe in a message does not break the table
     assert "<summary>1 passing case(s)</summary>" in md
     assert "Preference" not in md

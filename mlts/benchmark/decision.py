@@ -1,0 +1,367 @@
+"""Decide on the samples: is the current run's latency really slower than the baseline's?
+
+Comparing two medians against a noise allowance cannot tell a real 30% slowdown from a noisy rerun
+(the allowance grows with the slowdown). Here the decision uses every timed latency of both runs:
+
+- a two-sided Mann-Whitney U test (exact when there are no ties and at most `EXACT_MAX_TOTAL`
+  samples in all, else the normal approximation with tie and continuity corrections) says whether
+  the two samples differ at all (p < alpha);
+- a seeded percentile bootstrap of the ratio of medians current / baseline says by how much, as an
+  interval (default 95%, 2000 resamples). Each bootstrap median is drawn directly from its order
+  statistics (`bootstrap_medians`), which gives exactly the distribution of resampling n values with
+  replacement but costs O(resamples) whatever n is, so 10,000-sample runs need no subsampling;
+- the effect size gates the verdict, because latencies within one run are not independent (drift,
+  frequency changes): with thousands of samples a 1% drift is "significant" but is no regression.
+
+`DecisionRule` states the verdicts. `condition_warnings` says when two runs were not measured under
+the same conditions (thread pools, other load on the machine), which no statistic can correct.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from mlts.runtime import MltsError, ResultCode
+
+PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+
+DEFAULT_ALPHA = 0.01        # 30 cases a run: about one false "significant" per 3 runs, not 1.5 per run at 0.05
+DEFAULT_SLOWDOWN_PCT = 10.0
+DEFAULT_WARN_PCT = 5.0
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_RESAMPLES = 2000
+DEFAULT_SEED = 0
+MIN_SAMPLES = 5
+EXACT_MAX_TOTAL = 40        # the exact U distribution below this many samples in all (and no ties)
+
+
+def _bad(message: str) -> MltsError:
+    return MltsError(ResultCode.BAD_DATA, message)
+
+
+@dataclass(frozen=True)
+class DecisionRule:
+    """The verdict on two samples of latencies (ms); ratio = median(current) / median(baseline).
+
+    - fewer than `min_samples` on either side: WARN (the data cannot decide);
+    - FAIL: p < alpha, the ratio is above 1 and the interval's lower bound is above 1 + slowdown_pct/100
+      (surely slower by more than the threshold);
+    - WARN: p < alpha, the ratio is at least 1 and the interval's upper bound is above
+      1 + min(warn_pct, slowdown_pct)/100 (a real slowdown that may be worth a look, not surely above
+      the threshold); a significant slowdown whose whole interval lies below that PASSes with a note;
+    - WARN (inconclusive): not significant, but the interval reaches above 1 + slowdown_pct/100 and the
+      runs could not have detected a change of slowdown_pct (see `Decision.min_detectable_pct`);
+    - everything else PASSes; a faster current run is never a FAIL (the note says "faster").
+    """
+
+    alpha: float = DEFAULT_ALPHA
+    slowdown_pct: float = DEFAULT_SLOWDOWN_PCT
+    warn_pct: float = DEFAULT_WARN_PCT
+    confidence: float = DEFAULT_CONFIDENCE
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int = DEFAULT_SEED
+    min_samples: int = MIN_SAMPLES
+
+    def __post_init__(self) -> None:
+        for name in ("alpha", "confidence"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
+                raise _bad(f"decision rule {name} must be a number between 0 and 1 (exclusive), got {v!r}")
+        for name in ("slowdown_pct", "warn_pct"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise _bad(f"decision rule {name} must be a number >= 0, got {v!r}")
+        for name, least in (("resamples", 100), ("seed", 0), ("min_samples", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < least:
+                raise _bad(f"decision rule {name} must be an integer >= {least}, got {v!r}")
+
+    def describe(self) -> str:
+        return (f"FAIL when slower with p < {self.alpha:g} (Mann-Whitney U) and the {100 * self.confidence:g}% "
+                f"bootstrap interval of the median ratio lies above +{self.slowdown_pct:g}%; WARN when "
+                f"significantly slower and the interval reaches above +{min(self.warn_pct, self.slowdown_pct):g}%, "
+                f"or when the runs cannot decide (fewer than {self.min_samples} samples, or not significant with "
+                f"an interval reaching past +{self.slowdown_pct:g}% that could only detect a larger change)")
+
+
+def as_samples(values: Any, what: str) -> np.ndarray:
+    """`values` (a JSON list of latencies in ms) as a float array; anything else is BAD_DATA naming `what`."""
+    if not isinstance(values, (list, tuple, np.ndarray)):
+        raise _bad(f"{what} must be a list of latencies in ms, got {type(values).__name__}")
+    if len(values) == 0:
+        raise _bad(f"{what} is empty")
+    if not isinstance(values, np.ndarray) and not set(map(type, values)) <= {float, int}:
+        for i, v in enumerate(values):  # the slow path: numpy scalars pass, booleans and text do not
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise _bad(f"{what}[{i}] is not a number ({str(v)[:40]!r})")
+    try:
+        a = np.asarray(values, dtype=np.float64)
+    except (OverflowError, TypeError, ValueError):
+        raise _bad(f"{what} holds a value that is not a float") from None
+    if a.ndim != 1:
+        raise _bad(f"{what} must be a flat list, got shape {a.shape}")
+    bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
+    if bad.size:
+        i = int(bad[0])
+        said = "NaN" if math.isnan(a[i]) else "not finite" if not math.isfinite(a[i]) else f"negative ({a[i]:g})"
+        raise _bad(f"{what}[{i}] is {said}")
+    return a
+
+
+# --- Mann-Whitney U ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MannWhitney:
+    """u: pairs (baseline, current) where current is slower, ties counting one half; method: exact/normal."""
+
+    u: float
+    p_value: float
+    method: str
+
+
+def _u_counts(n1: int, n2: int) -> list[int]:
+    """How many of the C(n1+n2, n1) orderings give U = 0, 1, ..., n1*n2 (no ties): the coefficients
+    of the Gaussian binomial prod_{i=1..n1} (1 - q^(n2+i)) / (1 - q^i), in exact integers."""
+    poly = [1]
+    for i in range(1, n1 + 1):
+        j = n2 + i
+        new = poly + [0] * j
+        for k, c in enumerate(poly):            # times (1 - q^j)
+            new[k + j] -= c
+        for k in range(i, len(new)):            # divided by (1 - q^i)
+            new[k] += new[k - i]
+        poly = new[: i * n2 + 1]
+    return poly
+
+
+def mann_whitney(baseline: np.ndarray, current: np.ndarray, *, method: str = "auto") -> MannWhitney:
+    """Two-sided Mann-Whitney U test of baseline against current. method: "auto", "exact" (no ties
+    allowed) or "normal" (tie-corrected variance, continuity correction of 1/2)."""
+    b, c = np.asarray(baseline, dtype=np.float64), np.asarray(current, dtype=np.float64)
+    n1, n2 = b.size, c.size
+    if n1 == 0 or n2 == 0:
+        raise _bad("Mann-Whitney U needs at least one sample on each side")
+    values = np.concatenate([b, c])
+    order = np.argsort(values, kind="mergesort")
+    s = values[order]
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(s)) + 1])
+    ties = np.diff(np.concatenate([starts, [s.size]]))
+    ranks = np.empty(s.size)
+    ranks[order] = np.repeat(starts + (ties + 1) / 2.0, ties)   # 1-based average ranks
+    u = float(ranks[n1:].sum() - n2 * (n2 + 1) / 2.0)
+    has_ties = bool((ties > 1).any())
+    if method == "auto":
+        method = "exact" if not has_ties and n1 + n2 <= EXACT_MAX_TOTAL else "normal"
+    if method == "exact":
+        if has_ties:
+            raise _bad("the exact Mann-Whitney distribution needs samples without ties")
+        counts = _u_counts(n1, n2)
+        k, total = int(round(u)), math.comb(n1 + n2, n1)
+        tail = min(sum(counts[: k + 1]), sum(counts[k:]))
+        return MannWhitney(u, min(1.0, 2.0 * tail / total), "exact")
+    if method != "normal":
+        raise _bad(f"unknown Mann-Whitney method {method!r} (auto, exact, normal)")
+    n = n1 + n2
+    tie_term = float(np.sum(ties.astype(np.float64) ** 3 - ties)) / (n * (n - 1)) if n > 1 else 0.0
+    var = n1 * n2 / 12.0 * ((n + 1) - tie_term)
+    if var <= 0:  # every value equal
+        return MannWhitney(u, 1.0, "normal")
+    z = max(abs(u - n1 * n2 / 2.0) - 0.5, 0.0) / math.sqrt(var)
+    return MannWhitney(u, min(1.0, math.erfc(z / math.sqrt(2.0))), "normal")
+
+
+# --- bootstrap of the ratio of medians ------------------------------------------------------------
+
+def bootstrap_medians(sorted_values: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """`size` medians of resamples (n draws with replacement) of `sorted_values`, without resampling.
+
+    A resample is x[floor(n * V_i)] for n uniform V_i, a non-decreasing map of the V_i, so its k-th
+    smallest value is x[floor(n * V_(k))] with V_(k) ~ Beta(k, n + 1 - k). For even n the median also
+    needs V_(k+1) = V_(k) + (1 - V_(k)) * Beta(1, n - k) (the least of the n - k draws above V_(k)).
+    Same distribution as the brute-force bootstrap, in O(size) whatever n is.
+    """
+    x = np.asarray(sorted_values, dtype=np.float64)
+    n = x.size
+    if n == 1:
+        return np.full(size, x[0])
+    k = (n + 1) // 2 if n % 2 else n // 2
+    vk = rng.beta(k, n + 1 - k, size)
+    lo = x[np.minimum((n * vk).astype(np.int64), n - 1)]
+    if n % 2:
+        return lo
+    vk1 = vk + (1.0 - vk) * rng.beta(1, n - k, size)
+    hi = x[np.minimum((n * vk1).astype(np.int64), n - 1)]
+    return (lo + hi) / 2.0
+
+
+def ratio_interval(baseline: np.ndarray, current: np.ndarray, *, confidence: float = DEFAULT_CONFIDENCE,
+                   resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(current) / median(baseline), each side resampled on its
+    own; a zero baseline median in a resample gives an infinite ratio. Deterministic for a seed."""
+    rng = np.random.default_rng(seed)
+    mb = bootstrap_medians(np.sort(baseline), resamples, rng)
+    mc = bootstrap_medians(np.sort(current), resamples, rng)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(mb > 0, mc / np.where(mb > 0, mb, 1.0), np.inf)
+    r.sort()
+    tail = (1.0 - confidence) / 2.0
+    return float(r[int(math.floor(tail * resamples))]), float(r[int(math.ceil((1.0 - tail) * resamples)) - 1])
+
+
+# --- the decision ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Decision:
+    """What the samples say. min_detectable_pct, "the smallest change these runs could have detected",
+    is half the width of the ratio's interval in log terms, 100 * (sqrt(high / low) - 1): a true change
+    that large moves the interval off 1. None where the interval is unbounded."""
+
+    verdict: str
+    reason: str | None
+    n_baseline: int
+    n_current: int
+    median_baseline_ms: float
+    median_current_ms: float
+    ratio: float | None
+    ratio_low: float | None
+    ratio_high: float | None
+    confidence: float
+    p_value: float
+    u: float
+    test: str
+    min_detectable_pct: float | None
+
+    def summary(self) -> str:
+        """e.g. "ratio 1.302 [1.271, 1.335], p<0.0001, could detect >= 3.9%"."""
+        parts = ["ratio " + (f"{self.ratio:.3f}" if self.ratio is not None else "-") +
+                 (f" [{self.ratio_low:.3f}, {self.ratio_high:.3f}]" if self.ratio_low is not None else ""),
+                 "p" + ("" if p_text(self.p_value).startswith("<") else "=") + p_text(self.p_value)]
+        if self.min_detectable_pct is not None:
+            parts.append(f"could detect >= {fmt_pct(self.min_detectable_pct)}")
+        return ", ".join(parts)
+
+
+def p_text(p: float | None) -> str:
+    """A p-value for a table: two significant digits, "<0.0001" below that, "-" when none."""
+    return "-" if p is None else "<0.0001" if p < 1e-4 else f"{p:.2g}"
+
+
+def fmt_pct(v: float) -> str:
+    """A change in percent: one decimal below 10%, none above."""
+    return f"{v:.1f}%" if v < 10 else f"{v:.0f}%"
+
+
+def decide(baseline: Sequence[float] | np.ndarray, current: Sequence[float] | np.ndarray,
+           rule: DecisionRule | None = None) -> Decision:
+    """The verdict on two samples of per-inference latencies in ms (see `DecisionRule`)."""
+    rule = rule or DecisionRule()
+    b, c = as_samples(baseline, "baseline samples"), as_samples(current, "current samples")
+    mw = mann_whitney(b, c)
+    med_b, med_c = float(np.median(b)), float(np.median(c))
+    ratio = lo = hi = mdc = None
+    if med_b > 0:
+        ratio = med_c / med_b
+        lo, hi = ratio_interval(b, c, confidence=rule.confidence, resamples=rule.resamples, seed=rule.seed)
+        if lo > 0 and math.isfinite(hi):
+            mdc = 100.0 * (math.sqrt(hi / lo) - 1.0)
+    d = dict(n_baseline=int(b.size), n_current=int(c.size), median_baseline_ms=med_b, median_current_ms=med_c,
+             ratio=ratio, ratio_low=lo, ratio_high=hi, confidence=rule.confidence, p_value=mw.p_value, u=mw.u,
+             test=mw.method, min_detectable_pct=mdc)
+    verdict, reason = _verdict(Decision(PASS, None, **d), rule)
+    return Decision(verdict, reason, **d)
+
+
+def _verdict(d: Decision, rule: DecisionRule) -> tuple[str, str | None]:
+    fail_at, warn_at = 1 + rule.slowdown_pct / 100, 1 + min(rule.warn_pct, rule.slowdown_pct) / 100
+    significant = d.p_value < rule.alpha
+    if min(d.n_baseline, d.n_current) < rule.min_samples:
+        return WARN, (f"latency undecided: too few samples ({d.n_baseline} in the baseline, {d.n_current} now; "
+                      f"need >= {rule.min_samples} each)")
+    if d.ratio is None:
+        return PASS, "baseline median is 0 ms; latency not judged"
+    s, slowdown = f"latency {100 * (d.ratio - 1):+.1f}% ({d.summary()})", f"+{rule.slowdown_pct:g}%"
+    if significant and d.ratio > 1 and d.ratio_low > fail_at:
+        return FAIL, f"{s}: the interval lies above {slowdown}"
+    if significant and d.ratio < 1:
+        return PASS, f"{s}: faster"
+    if significant and d.ratio_high > warn_at:
+        return WARN, f"{s}: significantly slower, not surely above {slowdown}"
+    if significant:
+        return PASS, f"{s}: significantly slower, but surely below +{min(rule.warn_pct, rule.slowdown_pct):g}%"
+    if d.ratio_high > fail_at and (d.min_detectable_pct is None or d.min_detectable_pct > rule.slowdown_pct):
+        return WARN, f"{s}: undecided, these runs cannot tell a {slowdown} change from noise"
+    return PASS, None
+
+
+# --- measurement conditions -----------------------------------------------------------------------
+
+from .conditions import BUSY_SHARE  # noqa: E402  (one definition of a busy machine)
+SHARE_DIFFERENCE = 0.25   # the two runs' other-process CPU shares differ by more than this
+
+
+def _share(v: Any) -> float | None:
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v <= 1
+    if not ok:
+        raise ValueError
+    return float(v)
+
+
+def _count(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError
+    return v
+
+
+def _read_conditions(cond: Any, side: str) -> tuple[dict, list[str]]:
+    """The usable parts of a record's `conditions`, and a reason for each part that is malformed."""
+    if not isinstance(cond, dict):
+        return {}, [f"{side} conditions is not an object ({type(cond).__name__}); not checked"]
+    out: dict = {"threads": {}}
+    problems = []
+    threads = cond.get("threads")
+    if threads is not None and not isinstance(threads, dict):
+        problems.append(f"{side} conditions.threads is not an object; not checked")
+    for pool, v in (threads if isinstance(threads, dict) else {}).items():
+        try:
+            out["threads"][pool] = None if v is None else _count(v)
+        except ValueError:
+            problems.append(f"{side} conditions.threads.{pool} is not a thread count ({str(v)[:40]!r}); not checked")
+    for name, parse in (("requested_threads", _count), ("other_cpu_share", _share)):
+        v = cond.get(name)
+        try:
+            out[name] = None if v is None else parse(v)
+        except ValueError:
+            problems.append(f"{side} conditions.{name} is not {'a share in 0..1' if parse is _share else 'a count'} "
+                            f"({str(v)[:40]!r}); not checked")
+    return out, problems
+
+
+def condition_warnings(baseline: Any, current: Any) -> list[str]:
+    """WARN reasons when two records' `conditions` say the runs were not measured alike: a thread
+    pool known on both sides with different sizes, a different requested_threads (null, the default,
+    counts as a value), other processes' CPU share above `BUSY_SHARE` in either run or differing by
+    more than `SHARE_DIFFERENCE`, or a malformed field. Call only when both records carry conditions."""
+    b, problems = _read_conditions(baseline, "baseline")
+    c, more = _read_conditions(current, "current")
+    problems += more
+    bt, ct = b.get("threads", {}), c.get("threads", {})
+    pools = [f"{p} {bt[p]} → {ct[p]}" for p in sorted(set(bt) & set(ct), key=str)
+             if bt[p] is not None and ct[p] is not None and bt[p] != ct[p]]
+    if pools:
+        problems.append(f"thread pools differ: {', '.join(pools)}")
+    if "requested_threads" in b and "requested_threads" in c and b["requested_threads"] != c["requested_threads"]:
+        def req(v):
+            return "default" if v is None else str(v)
+        problems.append(f"requested threads differ: {req(b['requested_threads'])} → {req(c['requested_threads'])}")
+    bs, cs = b.get("other_cpu_share"), c.get("other_cpu_share")
+    busy = [(side, s, other) for side, s, other in (("the baseline", bs, cs), ("the current run", cs, bs))
+            if s is not None and s > BUSY_SHARE]
+    for side, share, other in busy:
+        problems.append(f"the machine was busy: other processes took {100 * share:.0f}% of the CPU time in {side}"
+                        + (f" ({100 * other:.0f}% in the other run)" if other is not None else ""))
+    if not busy and bs is not None and cs is not None and abs(bs - cs) > SHARE_DIFFERENCE:
+        problems.append(f"other processes' CPU share differs: {100 * bs:.0f}% in the baseline, {100 * cs:.0f}% now")
+    return problems
