@@ -40,10 +40,16 @@ def module_command(module: str, *args: str) -> list[str]:
     return [sys.executable, "-c", _BOOTSTRAP, module, *args]
 
 
+#: variables for children only (not for this process: e.g. NUMBA_NUM_THREADS, which numba rereads here
+#: at every compilation and refuses to change once its pool runs); mlts.benchmark.threads sets it
+CHILD_ENV: dict[str, str] = {}
+
+
 def child_env(extra: Mapping[str, str] | None = None, drop: Sequence[str] = ()) -> dict[str, str]:
-    """Our environment for a child, with PYTHONPATH from `python_path()`."""
+    """Our environment for a child, with PYTHONPATH from `python_path()` and CHILD_ENV."""
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env["PYTHONPATH"] = python_path()
+    env.update(CHILD_ENV)
     env.update(extra or {})
     return env
 
@@ -61,4 +67,4 @@ def die_with_parent() -> None:
         pass
 
 
-__all__ = ["child_env", "die_with_parent", "module_command", "mlts_root", "python_path"]
+__all__ = ["CHILD_ENV", "child_env", "die_with_parent", "module_command", "mlts_root", "python_path"]

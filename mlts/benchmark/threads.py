@@ -7,9 +7,11 @@ and 7.8 ms at 1 (on an idle machine 2 threads win by 7-20%). One thread per pool
 drivers comparable and runs repeatable; `--threads N` measures what N threads give, on purpose.
 
 What is pinned, and how:
-- the environment (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, MKL_NUM_THREADS, NUMBA_NUM_THREADS): read by
-  each library when it loads, so it covers driver services started afterwards (they inherit
-  os.environ; `mlts benchmark` pins before it registers any driver) and libraries loaded later;
+- the environment (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, MKL_NUM_THREADS): read by each library when
+  it loads, so it covers driver services started afterwards (they inherit os.environ; `mlts benchmark`
+  pins before it registers any driver) and libraries loaded later. NUMBA_NUM_THREADS goes to child
+  processes only (mlts.childproc): numba rereads it in this process at every compilation and refuses
+  a value other than the pool it already launched;
 - in this process, threadpoolctl's limits on every BLAS and OpenMP library already loaded; BLAS limits
   are process-wide, OpenMP's and numba's are per thread, so every stage thread of the benchmark
   (stage_timeout.Watchdog runs stages in worker threads) applies them again as it starts
@@ -28,6 +30,7 @@ import os
 import sys
 from typing import Any, Callable
 
+from mlts import childproc
 from mlts.runtime import MltsError, ResultCode
 
 from .stage_timeout import Tick, Watchdog
@@ -36,6 +39,8 @@ from .stage_timeout import Tick, Watchdog
 DEFAULT_THREADS = 1
 #: Environment variables that set thread pools when a library loads (in this process or a driver service).
 THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+#: Of those, the ones set in this process's own environment (the rest only in its children's).
+OWN_THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 #: threadpoolctl's fields kept in environment.json (the path says which copy of a library was loaded).
 THREADPOOL_FIELDS = ("user_api", "internal_api", "prefix", "version", "num_threads", "threading_layer",
                      "architecture", "filepath")
@@ -126,8 +131,9 @@ class ThreadPinning:
     def __enter__(self) -> "ThreadPinning":
         controller_class = _threadpoolctl().ThreadpoolController
         value = str(self.threads)
-        self._env = {k: os.environ.get(k) for k in THREAD_ENV}
-        os.environ.update({k: value for k in THREAD_ENV})  # before numba loads: its pool size is read then
+        self._env = {k: os.environ.get(k) for k in OWN_THREAD_ENV}
+        os.environ.update({k: value for k in OWN_THREAD_ENV})
+        childproc.CHILD_ENV["NUMBA_NUM_THREADS"] = value  # driver services' numba pools
         try:
             self._numba = _numba()
             if self._numba is not None:
@@ -173,6 +179,7 @@ class ThreadPinning:
             else:
                 os.environ[k] = v
         self._env = {}
+        childproc.CHILD_ENV.pop("NUMBA_NUM_THREADS", None)
         self._controller = None
 
 

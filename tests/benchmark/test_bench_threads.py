@@ -14,7 +14,8 @@ from threadpoolctl import threadpool_info
 from mlts.benchmark import conditions as C
 from mlts.benchmark import runner as R
 from mlts.benchmark.records import read_results
-from mlts.benchmark.threads import THREAD_ENV, PinnedWatchdog, ThreadPinning, parse_threads
+from mlts import childproc
+from mlts.benchmark.threads import OWN_THREAD_ENV, THREAD_ENV, PinnedWatchdog, ThreadPinning, parse_threads
 from mlts.runtime import MltsError, get_device
 
 from test_bench_runner import REF, TINY, TINY_RULES, register, tiny_zoo  # noqa: F401  (fixtures)
@@ -78,7 +79,9 @@ def test_pinning_applies_to_new_threads_and_is_undone():
     seen = {}
     with ThreadPinning(1) as pinning:
         assert _blas() and set(_blas()) == {1}
-        assert {k: os.environ[k] for k in THREAD_ENV} == dict.fromkeys(THREAD_ENV, "1")
+        assert {k: os.environ[k] for k in OWN_THREAD_ENV} == dict.fromkeys(OWN_THREAD_ENV, "1")
+        assert childproc.child_env()["NUMBA_NUM_THREADS"] == "1"  # children only: numba rereads it here
+        assert os.environ.get("NUMBA_NUM_THREADS") == env_before["NUMBA_NUM_THREADS"]
 
         def stage():
             pinning.apply_to_current_thread()  # what every benchmark stage thread does first
