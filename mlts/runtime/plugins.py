@@ -344,12 +344,7 @@ def _mark_source(driver: Any, source: str) -> None:
 
 def _absolute_ref(ref: str) -> str:
     """A `.py` reference with an absolute path, so that a service started elsewhere finds the file."""
-    module_part, sep, attr = ref.rpartition(":")
-    if not module_part or "/" in attr or attr.endswith(".py"):
-        module_part, sep, attr = ref, "", ""
-    if module_part.endswith(".py"):
-        return str(Path(module_part).expanduser().resolve()) + (sep + attr if attr else "")
-    return ref
+    return normal_spec(ref)
 
 
 def _call_factory(factory: Callable[..., Any], ref: str, args: tuple = (), kwargs: dict | None = None) -> Any:

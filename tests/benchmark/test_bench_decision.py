@@ -113,6 +113,9 @@ def test_ratio_interval_is_seeded_and_brackets_a_known_ratio():
     # The median of lognormal(log 10, 0.1) is 10; its standard error at n = 5000 is about
     # 1.2533 * 0.1 / sqrt(5000) = 0.18% per side: the 95% interval is about 1.3 * (1 -+ 0.5%).
     assert 1.28 < lo < 1.3 < hi < 1.32
+    # ... and its width is what those standard errors give (2 * 1.96 * 1.3 * sqrt(2) * 0.18% = 0.013),
+    # neither a degenerate point nor a loose band
+    assert 0.008 < hi - lo < 0.02
 
 
 # --- bad input ------------------------------------------------------------------------------------
