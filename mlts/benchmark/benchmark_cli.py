@@ -28,7 +28,7 @@ REPORT_FILE = "index.html"
 EXIT_OK, EXIT_FAIL, EXIT_INTERRUPTED = 0, 1, 130
 #: Options that choose what a run measures; a resumed run takes them from its run.json instead.
 SELECTION_OPTIONS = ("quick", "models", "drivers", "modes", "preference", "images", "no_reference", "no_partition",
-                     "timeout", "threads")
+                     "timeout", "threads", "repeat", "ab")
 
 #: What the presets took on the development machine (2 cores shared with a training job, so a loaded
 #: machine; see the README), stated in --help so a user knows what to expect.
@@ -113,6 +113,15 @@ def add_benchmark_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--threads", metavar="N",
                    help=f"threads per BLAS, OpenMP and numba pool, in mlts and in the driver services it starts "
                         f"(default {DEFAULT_THREADS}: drivers compared one thread each, repeatable on a busy machine)")
+    p.add_argument("--repeat", type=int, metavar="N",
+                   help="whole-case repetitions (compile, warm up, time) per case, kept apart in the record "
+                        "(latency.repetition_counts) so that `mlts compare` measures their spread instead of "
+                        f"assuming it (default 1, at most {R.MAX_REPEAT}; N times the timing)")
+    p.add_argument("--ab", metavar="BASELINE,CANDIDATE",
+                   help="paired A/B run: time two drivers (or CANDIDATE against nnapi-reference) in alternation, "
+                        "A B B A ..., in this process, so that machine load touches both alike; the candidate's "
+                        "records carry the paired ratio with its interval and verdict, a FAIL makes the exit "
+                        "status 1. Two builds of one driver: load both with --driver under different names")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--out", metavar="DIR", help="run directory (default: reports/<timestamp>)")
     where.add_argument("--resume", metavar="DIR",
@@ -154,20 +163,31 @@ def _resume_config(args: argparse.Namespace) -> tuple[Path, dict]:
 
 def _new_config(args: argparse.Namespace, threads: int) -> R.BenchmarkConfig:
     quick = bool(args.quick)
+    ab = None
+    if args.ab is not None:
+        clash = [f"--{o}" for o in ("drivers", "no_reference", "repeat") if getattr(args, o, None)]
+        if clash:
+            raise _err(f"--ab names the run's two drivers and pairs their runs; leave out "
+                       f"{', '.join(c.replace('_', '-') for c in clash)}")
+        from .paired import parse_ab
+
+        ab = parse_ab(args.ab, _device_names())
     if args.images is not None and not 0 <= args.images <= 1500:
         raise _err(f"--images must be from 0 to 1500 (the held-out set), got {args.images}")
     return R.BenchmarkConfig(
         models=R.select_models(args.models, quick=quick),
-        drivers=R.select_drivers(args.drivers, reference=not args.no_reference),
+        drivers=list(ab) if ab else R.select_drivers(args.drivers, reference=not args.no_reference),
         modes=R.parse_modes(args.modes),
         preference=R.parse_preference(args.preference).name,
         rules=R.PRESET_RULES["quick" if quick else "default"],
         images=args.images if args.images is not None else (R.QUICK_IMAGES if quick else R.DEFAULT_IMAGES),
         partition=not args.no_partition,
-        reference_row=not args.no_reference,
+        reference_row=not args.no_reference and not ab,
         preset="quick" if quick else "default",
         timeout_s=R.DEFAULT_TIMEOUT_S if args.timeout is None else (args.timeout or None),
         threads=threads,
+        repeat=1 if args.repeat is None else args.repeat,
+        ab=ab,
     )
 
 
@@ -207,6 +227,15 @@ def _compare(baseline: str, run_dir: Path, log) -> tuple[int, dict | None]:
         return EXIT_FAIL, None
     print(result.to_markdown(), file=sys.stderr)
     return result.exit_code(), {"verdict": result.verdict, "counts": result.counts()}
+
+
+def _paired_status(records: list[dict]) -> int:
+    """Print the paired A/B table; 1 when a pair FAILed."""
+    from .paired import paired_exit_code, paired_results
+
+    table, paired = paired_results(records)
+    print(f"\n### mlts benchmark --ab\n\n{table}", file=sys.stderr)
+    return paired_exit_code(paired)
 
 
 def _resume_specs(args: argparse.Namespace, run_file: Path, recorded: list[str]) -> list[str]:
@@ -288,8 +317,10 @@ def _run_pinned(args: argparse.Namespace, resumed: tuple[Path, dict] | None, thr
             write_environment(run_dir, requested_threads=threads)
         except OSError as e:
             raise write_error(e.filename or run_dir / ENVIRONMENT_FILE, e) from None
-    summary = R.BenchmarkRunner(config, run_dir, stream=sys.stderr, retry_errors=args.retry_errors,
-                                driver_specs=specs).run()
+    runner = R.BenchmarkRunner
+    if config.ab:
+        from .paired import PairedRunner as runner
+    summary = runner(config, run_dir, stream=sys.stderr, retry_errors=args.retry_errors, driver_specs=specs).run()
     records = read_results(run_dir)
     for problem in records.problems:
         log(problem)
@@ -302,6 +333,8 @@ def _run_pinned(args: argparse.Namespace, resumed: tuple[Path, dict] | None, thr
     if not summary.cases and summary.skipped_models and not summary.interrupted:
         log("no case could run: every selected model lacks its trained weights")
         status = EXIT_FAIL
+    if config.ab:
+        status = status or _paired_status(records.benchmark_records())
     comparison = None
     if args.baseline and not summary.interrupted:
         code, comparison = _compare(args.baseline, run_dir, log)

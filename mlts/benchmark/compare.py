@@ -4,8 +4,11 @@ Verdicts, per case and overall (the worst case): PASS, WARN, FAIL, in the manner
 performance benchmark. The rules (see `Thresholds` for the numbers):
 
 - both runs ok, both records carrying `latency.samples_ms`: latency is decided on the samples
-  (decision.py: Mann-Whitney U p-value against `alpha`, bootstrap interval of the ratio of medians
-  against `latency_slowdown_pct`). Bad samples in the current record FAIL, in the baseline WARN.
+  (decision.py: Mann-Whitney U p-value against `alpha`, bootstrap interval of the ratio of medians,
+  holding `run_noise_pct` of run-to-run noise, against `latency_slowdown_pct`). Several records of one
+  case on a side (merged runs: `a,b,c`) are separate runs, and a record's `latency.repetition_counts`
+  (`mlts benchmark --repeat N`) splits it into repetitions: their spread feeds the interval, and more
+  runs narrow it. Bad samples in the current record FAIL, in the baseline WARN.
 - both runs ok, a record without samples (an old run): median (p50) latency FAILs when it grew by
   more than `latency_fail_pct` percent, WARNs above `latency_warn_pct` percent, but only when the
   growth in milliseconds is also larger than the noise: noise_ms = noise_k * max(spread(baseline),
@@ -33,7 +36,8 @@ import numpy as np
 from mlts.runtime import MltsError, ResultCode
 
 from .decision import (DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, DEFAULT_SLOWDOWN_PCT,
-                       FAIL, MIN_SAMPLES, PASS, WARN, Decision, DecisionRule, as_samples, condition_warnings,
+                       DEFAULT_RUN_NOISE_PCT, FAIL, MIN_SAMPLES, PASS, WARN, Decision, DecisionRule, Side,
+                       as_samples, condition_warnings, split_repetitions,
                        decide, fmt_pct, p_text)
 from .records import BENCHMARK, CaseKey, case_key
 
@@ -65,10 +69,11 @@ class Thresholds:
     resamples: int = DEFAULT_RESAMPLES
     seed: int = DEFAULT_SEED
     min_samples: int = MIN_SAMPLES
+    run_noise_pct: float = DEFAULT_RUN_NOISE_PCT
 
     def __post_init__(self) -> None:
         for name in ("latency_warn_pct", "latency_fail_pct", "accuracy_warn_points", "accuracy_fail_points",
-                     "noise_k", "latency_slowdown_pct"):
+                     "noise_k", "latency_slowdown_pct", "run_noise_pct"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise MltsError(ResultCode.BAD_DATA, f"threshold {name} must be a number >= 0, got {v!r}")
@@ -84,7 +89,7 @@ class Thresholds:
         """The rule for records with samples; its WARN level is latency_warn_pct."""
         return DecisionRule(alpha=self.alpha, slowdown_pct=self.latency_slowdown_pct, warn_pct=self.latency_warn_pct,
                             confidence=self.confidence, resamples=self.resamples, seed=self.seed,
-                            min_samples=self.min_samples)
+                            min_samples=self.min_samples, run_noise_pct=self.run_noise_pct)
 
     def describe(self) -> str:
         return (f"latency with samples: {self.rule().describe()}; "
@@ -141,6 +146,9 @@ class Row:
     ratio_high: float | None = None
     p_value: float | None = None
     min_detectable_pct: float | None = None
+    baseline_runs: int | None = None  # separate runs (merged results) whose samples decided latency
+    current_runs: int | None = None
+    run_noise_pct: float | None = None  # run-to-run noise the interval held (assumed or measured)
     accuracy: dict = field(default_factory=dict)
     baseline_max_abs_error: float | None = None
     current_max_abs_error: float | None = None
@@ -285,8 +293,17 @@ def _latest(records: Iterable[dict], which: str, notes: list[str]) -> dict[CaseK
             repeats[k] = repeats.get(k, 1) + 1
         latest[k] = r
     for k, n in repeats.items():
-        notes.append(f"{which}: {n} records for {' / '.join(k)}; compared the last one")
+        notes.append(f"{which}: {n} records for {' / '.join(k)}: latency decided on the samples of every ok "
+                     "run among them, status and accuracy on the last")
     return latest
+
+
+def _all_by_key(records: Iterable[dict]) -> dict[CaseKey, list[dict]]:
+    out: dict[CaseKey, list[dict]] = {}
+    for r in records:
+        if r.get("kind") == BENCHMARK:
+            out.setdefault(case_key(r), []).append(r)
+    return out
 
 
 def _number(d: dict | None, name: str) -> float | None:
@@ -320,14 +337,16 @@ def _unusable(d: dict | None, name: str, *, negative_ok: bool = True) -> str | N
 Origin = Callable[[dict], "str | None"]
 
 
-def _samples(row: Row, record: dict, side: str, origin: Origin | None) -> np.ndarray | None:
-    """The record's `latency.samples_ms` as an array; None when absent. Malformed samples FAIL a current
-    record (nothing valid was measured) and WARN on a baseline one, and then count as absent."""
+def _run_samples(row: Row, record: dict, side: str, origin: Origin | None) -> tuple[np.ndarray, ...] | None:
+    """The record's `latency.samples_ms`, split into its repetitions (`latency.repetition_counts`); None
+    when it has none. Malformed samples FAIL a current record (nothing valid was measured) and WARN on a
+    baseline one, and then count as absent."""
     latency = _dict(record.get("latency"))
     if latency.get("samples_ms") is None:
         return None
     try:
-        return as_samples(latency["samples_ms"], "latency.samples_ms")
+        samples = as_samples(latency["samples_ms"], "latency.samples_ms")
+        return tuple(split_repetitions(samples, latency.get("repetition_counts"), "latency.repetition_counts"))
     except MltsError as e:
         where = origin(record) if origin else None
         what = f"{side} {e.message}" + (f" (in {where})" if where else "")
@@ -338,17 +357,30 @@ def _samples(row: Row, record: dict, side: str, origin: Origin | None) -> np.nda
         return None
 
 
+def _side(row: Row, record: dict, others: list[dict] | None, side: str, origin: Origin | None) -> Side | None:
+    """The latest record's samples, with those of the side's other ok runs of the case (merged results) as
+    further runs; None when the latest record has no usable samples."""
+    latest = _run_samples(row, record, side, origin)
+    if latest is None:
+        return None
+    runs = [_run_samples(row, r, side, origin) for r in (others or []) if r is not record and r.get("status", "ok") == "ok"
+            and _dict(r.get("latency")).get("samples_ms") is not None]
+    return Side(tuple(r for r in runs if r is not None) + (latest,))
+
+
 def _apply_decision(row: Row, d: Decision) -> None:
     row.decided_on, row.baseline_samples, row.current_samples = "samples", d.n_baseline, d.n_current
     row.ratio, row.ratio_low, row.ratio_high = d.ratio, d.ratio_low, d.ratio_high
     row.p_value, row.min_detectable_pct = d.p_value, d.min_detectable_pct
+    row.baseline_runs, row.current_runs, row.run_noise_pct = d.baseline_runs, d.current_runs, d.run_noise_pct
     if d.reason and d.verdict != PASS:
         row.flag(d.verdict, d.reason)
     elif d.reason:
         row.reasons.append(d.reason)
 
 
-def _compare_latency(row: Row, base: dict, cur: dict, t: Thresholds, origin: Origin | None = None) -> str | None:
+def _compare_latency(row: Row, base: dict, cur: dict, t: Thresholds, origin: Origin | None = None,
+                     runs: tuple[list[dict] | None, list[dict] | None] = (None, None)) -> str | None:
     """Judge latency; returns the note for a row decided on the summary statistics, to go last."""
     bl, cl = _dict(base.get("latency")), _dict(cur.get("latency"))
     b_bad, c_bad = _unusable(bl, "p50_ms", negative_ok=False), _unusable(cl, "p50_ms", negative_ok=False)
@@ -365,7 +397,7 @@ def _compare_latency(row: Row, base: dict, cur: dict, t: Thresholds, origin: Ori
         row.reasons.append("baseline median is 0 ms; latency not judged")
         return None
     row.delta_pct = 100.0 * row.delta_ms / b
-    b_samples, c_samples = _samples(row, base, "baseline", origin), _samples(row, cur, "current", origin)
+    b_samples, c_samples = _side(row, base, runs[0], "baseline", origin), _side(row, cur, runs[1], "current", origin)
     if b_samples is not None and c_samples is not None:
         _apply_decision(row, decide(b_samples, c_samples, t.rule()))
         return None
@@ -434,7 +466,8 @@ def _compare_conditions(row: Row, base: dict, cur: dict, unrecorded: dict[str, i
 
 
 def _compare_case(row: Row, base: dict | None, cur: dict | None, t: Thresholds,
-                  unrecorded: dict[str, int], origin: Origin | None = None) -> None:
+                  unrecorded: dict[str, int], origin: Origin | None = None,
+                  runs: tuple[list[dict] | None, list[dict] | None] = (None, None)) -> None:
     if base is None:
         row.current_status = cur.get("status", "ok")
         row.flag(WARN, "new case (not in baseline)")
@@ -460,7 +493,7 @@ def _compare_case(row: Row, base: dict | None, cur: dict | None, t: Thresholds,
         else:
             row.reasons.append(f"still {cs}")
         return
-    note = _compare_latency(row, base, cur, t, origin)
+    note = _compare_latency(row, base, cur, t, origin, runs)
     _compare_accuracy(row, base, cur, t)
     _compare_conditions(row, base, cur, unrecorded)
     if note:
@@ -473,16 +506,18 @@ def compare(baseline_records: Iterable[dict], current_records: Iterable[dict],
     `origin` names a record's file in messages about its content."""
     t = thresholds or Thresholds()
     notes: list[str] = []
+    baseline_records, current_records = list(baseline_records), list(current_records)
     base = _latest(baseline_records, "baseline", notes)
     cur = _latest(current_records, "current", notes)
     if not base:
         raise MltsError(ResultCode.BAD_DATA, "the baseline has no benchmark records")
     if not cur:
         raise MltsError(ResultCode.BAD_DATA, "the current results have no benchmark records")
+    base_runs, cur_runs = _all_by_key(baseline_records), _all_by_key(current_records)
     rows, unrecorded = [], {"baseline": 0, "current": 0}
     for key in sorted(set(base) | set(cur)):
         row = Row(*key)
-        _compare_case(row, base.get(key), cur.get(key), t, unrecorded, origin)
+        _compare_case(row, base.get(key), cur.get(key), t, unrecorded, origin, (base_runs.get(key), cur_runs.get(key)))
         rows.append(row)
     if any(unrecorded.values()):
         where = " and ".join(f"{n} {side} record(s)" for side, n in unrecorded.items() if n)

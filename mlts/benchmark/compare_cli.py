@@ -43,6 +43,11 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
                    help=f"with samples: significance level of the Mann-Whitney U test (default {d.alpha:g})")
     p.add_argument("--confidence", type=float, default=d.confidence, metavar="C",
                    help=f"with samples: confidence of the bootstrap interval (default {d.confidence:g})")
+    p.add_argument("--run-noise", type=float, default=d.run_noise_pct, metavar="PCT",
+                   help="with samples: run-to-run noise assumed on each side's level, a standard deviation per run "
+                        "in percent; the spread measured between repetitions (--repeat) or merged runs replaces "
+                        f"it when larger, and N runs divide it by sqrt(N) (default {d.run_noise_pct:g}, measured "
+                        "by benchmarks/ci_gate.py; 0 trusts one run's samples alone)")
     p.add_argument("--latency-warn", type=float, default=d.latency_warn_pct, metavar="PCT",
                    help="median latency growth that WARNs, in percent; with samples, a significant slowdown "
                         f"WARNs when its interval reaches above it (default {d.latency_warn_pct:g})")
@@ -83,7 +88,7 @@ def run_compare(args: argparse.Namespace) -> int:
         thresholds = Thresholds(latency_warn_pct=args.latency_warn, latency_fail_pct=args.latency_fail,
                                 accuracy_warn_points=args.accuracy_warn, accuracy_fail_points=args.accuracy_fail,
                                 noise_k=args.noise_k, latency_slowdown_pct=args.latency_slowdown,
-                                alpha=args.alpha, confidence=args.confidence)
+                                alpha=args.alpha, confidence=args.confidence, run_noise_pct=args.run_noise)
         baseline = read_results(split_paths(args.baseline))
         current = read_results(split_paths(args.current))
         for side, results in ((args.baseline, baseline), (args.current, current)):

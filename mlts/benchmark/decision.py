@@ -36,6 +36,11 @@ DEFAULT_RESAMPLES = 2000
 DEFAULT_SEED = 0
 MIN_SAMPLES = 5
 EXACT_MAX_TOTAL = 40        # the exact U distribution below this many samples in all (and no ties)
+#: Two runs of the same build on this machine differ in level by a few percent even when it is quiet
+#: (process placement, memory layout): measured by benchmarks/ci_gate.py, which states the figure.
+#: The interval assumes this much run-to-run noise (a standard deviation per run) on each side.
+DEFAULT_RUN_NOISE_PCT = 2.5
+TINY_MS = 1e-9              # a median of 0 ms counts as this in log terms
 
 
 def _bad(message: str) -> MltsError:
@@ -49,7 +54,9 @@ class DecisionRule:
     - fewer than `min_samples` on either side: WARN (the data cannot decide);
     - FAIL: p < alpha, the ratio is above 1 and the interval's lower bound is above 1 + slowdown_pct/100
       (surely slower by more than the threshold);
-    - WARN: p < alpha, the ratio is at least 1 and the interval's upper bound is above
+    - "significant" below: p < alpha and the interval leaves out 1 (the interval also holds the run-to-run
+      noise, `run_noise_pct`, which the U test on one run's samples cannot see);
+    - WARN: significant, the ratio is at least 1 and the interval's upper bound is above
       1 + min(warn_pct, slowdown_pct)/100 (a real slowdown that may be worth a look, not surely above
       the threshold); a significant slowdown whose whole interval lies below that PASSes with a note;
     - WARN (inconclusive): not significant, but the interval reaches above 1 + slowdown_pct/100 and the
@@ -64,13 +71,16 @@ class DecisionRule:
     resamples: int = DEFAULT_RESAMPLES
     seed: int = DEFAULT_SEED
     min_samples: int = MIN_SAMPLES
+    #: Run-to-run noise assumed on each side's level (a standard deviation per run, in percent): the
+    #: samples of one run cannot show how far the next run's level moves. 0 for paired A/B runs.
+    run_noise_pct: float = DEFAULT_RUN_NOISE_PCT
 
     def __post_init__(self) -> None:
         for name in ("alpha", "confidence"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
                 raise _bad(f"decision rule {name} must be a number between 0 and 1 (exclusive), got {v!r}")
-        for name in ("slowdown_pct", "warn_pct"):
+        for name in ("slowdown_pct", "warn_pct", "run_noise_pct"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise _bad(f"decision rule {name} must be a number >= 0, got {v!r}")
@@ -81,7 +91,8 @@ class DecisionRule:
 
     def describe(self) -> str:
         return (f"FAIL when slower with p < {self.alpha:g} (Mann-Whitney U) and the {100 * self.confidence:g}% "
-                f"bootstrap interval of the median ratio lies above +{self.slowdown_pct:g}%; WARN when "
+                f"bootstrap interval of the median ratio (with {self.run_noise_pct:g}% run-to-run noise per run, or the "
+                f"spread measured between repetitions and runs when larger) lies above +{self.slowdown_pct:g}%; WARN when "
                 f"significantly slower and the interval reaches above +{min(self.warn_pct, self.slowdown_pct):g}%, "
                 f"or when the runs cannot decide (fewer than {self.min_samples} samples, or not significant with "
                 f"an interval reaching past +{self.slowdown_pct:g}% that could only detect a larger change)")
@@ -197,16 +208,86 @@ def bootstrap_medians(sorted_values: np.ndarray, size: int, rng: np.random.Gener
     return (lo + hi) / 2.0
 
 
-def ratio_interval(baseline: np.ndarray, current: np.ndarray, *, confidence: float = DEFAULT_CONFIDENCE,
-                   resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> tuple[float, float]:
-    """Percentile bootstrap interval of median(current) / median(baseline), each side resampled on its
-    own; a zero baseline median in a resample gives an infinite ratio. Deterministic for a seed."""
+def split_repetitions(samples: np.ndarray, counts: Any, what: str) -> list[np.ndarray]:
+    """`samples` cut into its whole-case repetitions by `counts` (`latency.repetition_counts`, samples per
+    repetition in timed order); None or one count: one repetition. BAD_DATA naming `what` when the counts
+    are not positive integers adding up to the samples."""
+    if counts is None:
+        return [samples]
+    if (not isinstance(counts, (list, tuple)) or not counts
+            or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in counts)):
+        raise _bad(f"{what} must be a list of sample counts >= 1, got {str(counts)[:60]}")
+    if sum(counts) != samples.size:
+        raise _bad(f"{what} add up to {sum(counts)}, but there are {samples.size} samples")
+    return np.split(samples, np.cumsum(counts)[:-1])
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: `runs[i][j]` holds the latencies (ms) of whole-case repetition j of run i.
+    Separate runs are separate processes (several results merged); repetitions share a process."""
+
+    runs: tuple[tuple[np.ndarray, ...], ...]
+
+    @classmethod
+    def of(cls, values: "Side | Sequence[float] | np.ndarray", what: str) -> "Side":
+        """A Side as is; flat latencies as one run of one repetition (validated, BAD_DATA naming `what`)."""
+        if isinstance(values, Side):
+            if not values.runs or not all(values.runs):
+                raise _bad(f"{what} has no runs")
+            return values
+        return cls(((as_samples(values, what),),))
+
+    @property
+    def groups(self) -> list[np.ndarray]:
+        return [g for run in self.runs for g in run]
+
+    @property
+    def pooled(self) -> np.ndarray:
+        return np.concatenate(self.groups)
+
+
+def _log_median(x: np.ndarray) -> np.ndarray:
+    return np.log(np.maximum(x, TINY_MS))
+
+
+def level(side: Side) -> float:
+    """The side's latency level, in log ms: the mean over its runs of the mean over their repetitions of the
+    log median (for one run of one repetition, the log of its median)."""
+    return float(np.mean([np.mean([_log_median(np.median(g)) for g in run]) for run in side.runs]))
+
+
+def run_noise(side: Side, floor_pct: float) -> float:
+    """The side's run-to-run noise as a standard deviation in log terms: the larger of the assumed floor
+    and the spread (sample standard deviation) of its repetitions' and runs' log medians, when it has two
+    or more; the level's uncertainty from it is this over sqrt(number of runs)."""
+    floor = math.log1p(floor_pct / 100.0)
+    groups = side.groups
+    if len(groups) < 2:
+        return floor
+    return max(floor, float(np.std([_log_median(np.median(g)) for g in groups], ddof=1)))
+
+
+def _level_draws(side: Side, floor_pct: float, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap draws of `level(side)`: each repetition's median resampled from its own latencies, plus a
+    normal draw of the run-to-run noise (`run_noise`) over sqrt(number of runs)."""
+    per_run = [np.mean([_log_median(bootstrap_medians(np.sort(g), resamples, rng)) for g in run], axis=0)
+               for run in side.runs]
+    draws = np.mean(per_run, axis=0)
+    sd = run_noise(side, floor_pct) / math.sqrt(len(side.runs))
+    return draws + rng.normal(0.0, sd, resamples) if sd > 0 else draws
+
+
+def ratio_interval(baseline: "Side | np.ndarray", current: "Side | np.ndarray", *,
+                   confidence: float = DEFAULT_CONFIDENCE, resamples: int = DEFAULT_RESAMPLES,
+                   seed: int = DEFAULT_SEED, run_noise_pct: float = 0.0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the latency ratio current / baseline (of medians, for one run of
+    one repetition a side), each side resampled on its own, with `run_noise_pct` (a standard deviation
+    per run, in percent) of run-to-run noise on each side's level. Deterministic for a seed."""
     rng = np.random.default_rng(seed)
-    mb = bootstrap_medians(np.sort(baseline), resamples, rng)
-    mc = bootstrap_medians(np.sort(current), resamples, rng)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.where(mb > 0, mc / np.where(mb > 0, mb, 1.0), np.inf)
-    r.sort()
+    b = _level_draws(Side.of(baseline, "baseline samples"), run_noise_pct, resamples, rng)
+    c = _level_draws(Side.of(current, "current samples"), run_noise_pct, resamples, rng)
+    r = np.sort(np.exp(c - b))
     tail = (1.0 - confidence) / 2.0
     return float(r[int(math.floor(tail * resamples))]), float(r[int(math.ceil((1.0 - tail) * resamples)) - 1])
 
@@ -233,6 +314,10 @@ class Decision:
     u: float
     test: str
     min_detectable_pct: float | None
+    baseline_runs: int = 1
+    current_runs: int = 1
+    #: the run-to-run noise the interval included, in percent (the larger side's), 0 for paired runs
+    run_noise_pct: float = 0.0
 
     def summary(self) -> str:
         """e.g. "ratio 1.302 [1.271, 1.335], p<0.0001, could detect >= 3.9%"."""
@@ -254,29 +339,37 @@ def fmt_pct(v: float) -> str:
     return f"{v:.1f}%" if v < 10 else f"{v:.0f}%"
 
 
-def decide(baseline: Sequence[float] | np.ndarray, current: Sequence[float] | np.ndarray,
+def decide(baseline: Side | Sequence[float] | np.ndarray, current: Side | Sequence[float] | np.ndarray,
            rule: DecisionRule | None = None) -> Decision:
-    """The verdict on two samples of per-inference latencies in ms (see `DecisionRule`)."""
+    """The verdict on two sides' per-inference latencies in ms (flat samples: one run of one repetition;
+    see `Side` and `DecisionRule`). The U test runs on the pooled samples; the ratio compares the sides'
+    `level`s (the ratio of medians for one run of one repetition a side)."""
     rule = rule or DecisionRule()
-    b, c = as_samples(baseline, "baseline samples"), as_samples(current, "current samples")
+    bs, cs = Side.of(baseline, "baseline samples"), Side.of(current, "current samples")
+    b, c = bs.pooled, cs.pooled
     mw = mann_whitney(b, c)
     med_b, med_c = float(np.median(b)), float(np.median(c))
     ratio = lo = hi = mdc = None
     if med_b > 0:
-        ratio = med_c / med_b
-        lo, hi = ratio_interval(b, c, confidence=rule.confidence, resamples=rule.resamples, seed=rule.seed)
+        ratio = math.exp(level(cs) - level(bs))
+        lo, hi = ratio_interval(bs, cs, confidence=rule.confidence, resamples=rule.resamples, seed=rule.seed,
+                                run_noise_pct=rule.run_noise_pct)
         if lo > 0 and math.isfinite(hi):
             mdc = 100.0 * (math.sqrt(hi / lo) - 1.0)
+    noise = max(run_noise(bs, rule.run_noise_pct), run_noise(cs, rule.run_noise_pct))
     d = dict(n_baseline=int(b.size), n_current=int(c.size), median_baseline_ms=med_b, median_current_ms=med_c,
              ratio=ratio, ratio_low=lo, ratio_high=hi, confidence=rule.confidence, p_value=mw.p_value, u=mw.u,
-             test=mw.method, min_detectable_pct=mdc)
-    verdict, reason = _verdict(Decision(PASS, None, **d), rule)
+             test=mw.method, min_detectable_pct=mdc, baseline_runs=len(bs.runs), current_runs=len(cs.runs),
+             run_noise_pct=100.0 * math.expm1(noise))
+    verdict, reason = verdict_of(Decision(PASS, None, **d), rule)
     return Decision(verdict, reason, **d)
 
 
-def _verdict(d: Decision, rule: DecisionRule) -> tuple[str, str | None]:
+def verdict_of(d: Decision, rule: DecisionRule) -> tuple[str, str | None]:
     fail_at, warn_at = 1 + rule.slowdown_pct / 100, 1 + min(rule.warn_pct, rule.slowdown_pct) / 100
-    significant = d.p_value < rule.alpha
+    # Significant: the U test says the samples differ and the interval, which also holds the run-to-run
+    # noise the test cannot see, leaves out "no change".
+    significant = d.p_value < rule.alpha and (d.ratio is None or d.ratio_low > 1 or d.ratio_high < 1)
     if min(d.n_baseline, d.n_current) < rule.min_samples:
         return WARN, (f"latency undecided: too few samples ({d.n_baseline} in the baseline, {d.n_current} now; "
                       f"need >= {rule.min_samples} each)")

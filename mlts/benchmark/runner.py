@@ -55,6 +55,7 @@ REFERENCE_DIR = "reference"
 RUN_FILE = "run.json"
 PRESET_RULES = {"quick": QUICK, "default": DEFAULT}
 DEFAULT_TIMEOUT_S = 120.0
+MAX_REPEAT = 100
 
 
 def _bad(message: str) -> MltsError:
@@ -161,9 +162,15 @@ class BenchmarkConfig:
     timeout_s: float | None = DEFAULT_TIMEOUT_S
     #: Threads of every BLAS, OpenMP and numba pool during the run (threads.ThreadPinning).
     threads: int = DEFAULT_THREADS
+    #: Whole-case repetitions (compile, warm up, time) whose spread `mlts compare` feeds into its decision.
+    repeat: int = 1
+    #: Paired A/B runs (paired.PairedRunner): [baseline, candidate], the run's drivers, timed in alternation.
+    ab: list[str] | None = None
 
     def __post_init__(self) -> None:
         self.threads = parse_threads(self.threads, "threads")
+        if isinstance(self.repeat, bool) or not isinstance(self.repeat, int) or not 1 <= self.repeat <= MAX_REPEAT:
+            raise _bad(f"repeat must be an integer from 1 to {MAX_REPEAT}, got {self.repeat!r}")
         if self.timeout_s is not None and (isinstance(self.timeout_s, bool)
                                            or not isinstance(self.timeout_s, (int, float))
                                            or not math.isfinite(self.timeout_s) or self.timeout_s <= 0):
@@ -176,6 +183,13 @@ class BenchmarkConfig:
             raise _bad("no model selected")
         if not self.drivers:
             raise _bad("no driver selected")
+        if self.ab is not None:
+            if (not isinstance(self.ab, (list, tuple)) or len(self.ab) != 2 or self.ab[0] == self.ab[1]
+                    or not all(isinstance(n, str) for n in self.ab)):
+                raise _bad(f"ab must name two different drivers [baseline, candidate], got {self.ab!r}")
+            self.ab = list(self.ab)
+            if self.drivers != self.ab:
+                raise _bad(f"a paired run's drivers are its ab pair {self.ab}, got {self.drivers}")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -193,7 +207,7 @@ class BenchmarkConfig:
         """The per-record copy: what this case ran under (the selection lists live in run.json)."""
         return {"preset": self.preset, "rules": self.rules.to_dict(), "images": self.images,
                 "partition": self.partition, "measure_timing": self.measure_timing, "timeout_s": self.timeout_s,
-                "reference_device": REFERENCE_DEVICE_NAME}
+                "repeat": self.repeat, "ab": self.ab, "reference_device": REFERENCE_DEVICE_NAME}
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -335,6 +349,10 @@ class BenchmarkRunner:
         self.previous_status: dict[tuple, str | None] = {}
         self.pinning: ThreadPinning | None = None
 
+    def model_run(self, *args: Any) -> "_ModelRun":
+        """The cases of one model (name, writer, progress, sampler, summary); paired.PairedRunner pairs them."""
+        return _ModelRun(self, *args)
+
     # -- bookkeeping --
     def _write_run_file(self, summary: RunSummary, started: str, finished: str | None) -> None:
         import json
@@ -384,7 +402,7 @@ class BenchmarkRunner:
         try:
             with ThreadPinning(cfg.threads) as self.pinning:
                 for name in available:
-                    _ModelRun(self, name, writer, progress, sampler, summary).run()
+                    self.model_run(name, writer, progress, sampler, summary).run()
             ended = True
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM through mlts.signals
             summary.interrupted = True
@@ -708,17 +726,15 @@ class _ModelRun:
                     rec.compilation_cache = cached[1]
             infer = guard.run("starting the execution",
                               lambda _tick: _Inference(compilation, mode, cfg.measure_timing, cfg.timeout_s), devices)
-            x = self.timing_input
-
-            def timed(tick: Tick) -> Measurement:
-                def once() -> Execution:
-                    ex = infer(x)
-                    tick()
-                    return ex
-                return measure(once, cfg.rules)
-
-            m: Measurement = guard.run(f"running ({mode})", timed, devices, waiting_on=runs_waiting_on(cfg.rules),
-                                       nnapi_deadline=single)
+            m = self._timed(infer, devices, mode, "")
+            for k in range(2, cfg.repeat + 1):  # whole-case repetitions: compile, warm up and time again
+                of = f", repetition {k} of {cfg.repeat}"
+                again, _ = guard.run(f"compiling{of}", lambda _tick: self._compile(devices), devices,
+                                     nnapi_deadline=single)
+                infer_k = guard.run(f"starting the execution{of}", lambda _tick: _Inference(
+                    again, mode, cfg.measure_timing, cfg.timeout_s), devices)
+                m.extend(self._timed(infer_k, devices, mode, of))
+                self._close(infer_k, rec, devices)
             rec.first_inference_ms = m.first_s * 1000.0 if m.first_s is not None else None
             rec.latency = m.stats()
             rec.run_length = {**m.summary(), "rules": cfg.rules.to_dict()}
@@ -733,6 +749,20 @@ class _ModelRun:
             stuck = isinstance(e, StageTimeout) and e.abandoned
         if infer is not None and not stuck:  # never wait on a thread stuck in the driver (nor when interrupted)
             self._close(infer, rec, devices)
+
+    def _timed(self, infer: _Inference, devices: list, mode: str, of: str) -> Measurement:
+        """The warm-up and timed runs of one repetition of a case, under the run-length rules."""
+        x, rules = self.timing_input, self.cfg.rules
+
+        def timed(tick: Tick) -> Measurement:
+            def once() -> Execution:
+                ex = infer(x)
+                tick()
+                return ex
+            return measure(once, rules)
+
+        return self.watchdog.run(f"running ({mode}{of})", timed, devices, waiting_on=runs_waiting_on(rules),
+                                 nnapi_deadline=len(devices) == 1)
 
     def _close(self, infer: _Inference, rec: BenchmarkRecord, devices: list) -> None:
         if infer.burst is None:

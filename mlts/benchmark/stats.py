@@ -11,6 +11,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from mlts.runtime import MltsError, ResultCode
 
 #: Histogram bins when the caller does not choose: the square-root rule, capped so a chart stays readable.
@@ -155,6 +157,9 @@ class LatencyStats:
     histogram: Histogram
     samples_ms: list[float] | None = None
     samples_reservoir: bool = False
+    #: With whole-case repetitions (`mlts benchmark --repeat N`): how many of `samples_ms` each repetition
+    #: gave, in order; None for one repetition.
+    repetition_counts: list[int] | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -163,18 +168,21 @@ class LatencyStats:
 
     @classmethod
     def from_dict(cls, d: dict) -> "LatencyStats":
-        optional = ("histogram", "samples_ms", "samples_reservoir")
+        optional = ("histogram", "samples_ms", "samples_reservoir", "repetition_counts")
         values = {k: d[k] for k in cls.__dataclass_fields__ if k not in optional}
         samples = d.get("samples_ms")
         return cls(**values, histogram=Histogram.from_dict(d["histogram"]),
                    samples_ms=None if samples is None else [float(x) for x in samples],
-                   samples_reservoir=bool(d.get("samples_reservoir", False)))
+                   samples_reservoir=bool(d.get("samples_reservoir", False)),
+                   repetition_counts=None if d.get("repetition_counts") is None else list(d["repetition_counts"]))
 
 
-def latency_stats(durations_s: Sequence[float], *, bins: int | None = None,
-                  samples: bool = True) -> LatencyStats:
+def latency_stats(durations_s: Sequence[float], *, bins: int | None = None, samples: bool = True,
+                  repetitions: Sequence[int] | None = None) -> LatencyStats:
     """Summarize per-run durations (seconds, in timed order) as the latency statistics of a results
-    record; with `samples`, the record keeps the latencies themselves too (see `keep_samples`)."""
+    record; with `samples`, the record keeps the latencies themselves too (see `keep_samples`), and with
+    `repetitions` (runs per whole-case repetition, adding up to the durations) how many kept samples
+    each repetition gave."""
     if len(durations_s) == 0:
         raise MltsError(ResultCode.BAD_DATA, "latency statistics need at least one run")
     ms = []
@@ -184,6 +192,15 @@ def latency_stats(durations_s: Sequence[float], *, bins: int | None = None,
             raise MltsError(ResultCode.BAD_DATA, f"a run duration must be a finite number >= 0, got {d}")
         ms.append(d * 1000.0)
     kept, reservoir = keep_samples(ms) if samples else (None, False)
+    counts = None
+    if repetitions is not None and len(repetitions) > 1:
+        if sum(repetitions) != len(ms) or any(k < 1 for k in repetitions):
+            raise MltsError(ResultCode.BAD_DATA, f"repetitions {list(repetitions)} do not add up to {len(ms)} runs")
+        if samples:  # which repetition each kept sample came from
+            edges = np.cumsum(repetitions)
+            kept_idx = np.asarray(reservoir_indices(len(ms), MAX_SAMPLES))
+            counts = np.bincount(np.searchsorted(edges, kept_idx, side="right"), minlength=len(repetitions))
+            counts = [int(k) for k in counts if k > 0]
     ms.sort()
     n = len(ms)
     total = math.fsum(ms)
@@ -204,6 +221,7 @@ def latency_stats(durations_s: Sequence[float], *, bins: int | None = None,
         histogram=histogram(ms, bins),
         samples_ms=kept,
         samples_reservoir=reservoir,
+        repetition_counts=counts,
     )
 
 
@@ -254,8 +272,9 @@ class RunLengthRules:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
-#: `--quick`: a few runs per case, so the whole default run fits in a minute on two cores.
-QUICK = RunLengthRules(warmup_runs=1, warmup_min_s=0.0, min_runs=3, min_s=0.1, max_s=0.5, name="quick")
+#: `--quick`: the whole quick run fits in a minute on two cores, with at least 10 timed runs per case so
+#: `mlts compare` can decide on the samples (fewer than decision.MIN_SAMPLES only WARN).
+QUICK = RunLengthRules(warmup_runs=2, warmup_min_s=0.05, min_runs=10, min_s=0.3, max_s=1.0, name="quick")
 #: The default: enough runs for stable medians and p90s while the whole run stays under ten minutes.
 DEFAULT = RunLengthRules(warmup_runs=2, warmup_min_s=0.2, min_runs=10, min_s=1.0, max_s=5.0, name="default")
 PRESETS: dict[str, RunLengthRules] = {"quick": QUICK, "default": DEFAULT}
@@ -287,14 +306,28 @@ class Measurement:
     elapsed_s: float = 0.0
     stopped_by: str = "minimums"
 
+    #: timed runs per whole-case repetition, when `extend` joined several
+    repetitions: list[int] = field(default_factory=list)
+
     def stats(self, *, bins: int | None = None) -> LatencyStats:
-        return latency_stats(self.durations_s, bins=bins)
+        return latency_stats(self.durations_s, bins=bins, repetitions=self.repetitions or None)
+
+    def extend(self, other: "Measurement") -> None:
+        """Append a later whole-case repetition's runs (its first call is not this case's first inference)."""
+        self.repetitions = (self.repetitions or [len(self.durations_s)]) + [len(other.durations_s)]
+        self.durations_s += other.durations_s
+        self.warmup_durations_s += other.warmup_durations_s
+        self.returns += other.returns
+        self.warmup_elapsed_s += other.warmup_elapsed_s
+        self.elapsed_s += other.elapsed_s
+        if other.stopped_by == "max_time":
+            self.stopped_by = "max_time"
 
     def summary(self) -> dict:
         """The record's `run_length` facts: how many runs were done and why the loop stopped."""
         return {"warmup_runs_done": len(self.warmup_durations_s), "timed_runs": len(self.durations_s),
                 "warmup_elapsed_s": self.warmup_elapsed_s, "elapsed_s": self.elapsed_s,
-                "stopped_by": self.stopped_by}
+                "stopped_by": self.stopped_by, "repetitions": len(self.repetitions) or 1}
 
 
 def measure(fn: Callable[[], Any], rules: RunLengthRules, *,

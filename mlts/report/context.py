@@ -17,7 +17,7 @@ from mlts.benchmark.compare import Comparison, Thresholds, spread_ms
 from mlts.benchmark.records import BENCHMARK, MODES, Results
 from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
 
-from . import svg
+from . import conditions_view, svg
 
 STRESS = "stress"
 #: SKIPPED: the test could not exercise the driver (never a success: see DriverSummary).
@@ -221,6 +221,8 @@ class Row:
     cache_ms: float | None = None  # compilation prepared from the driver's cache (MLTS's "with cache")
     cache_note: str = ""  # saving time, cache size and status, for the cell's title
     fallbacks: Any = None  # Fallbacks: driver failures the CPU fallback hid (the record's extra.fallbacks)
+    conditions: Any = None  # conditions_view.CaseConditions: what the case was measured under
+    repetitions: Any = None  # conditions_view.Repetitions of latency.repetition_counts, or None
 
     @property
     def ok(self) -> bool:
@@ -270,6 +272,8 @@ def _row(record: dict, machine: Machine, lane: str, reference: str) -> Row:
     cache = _dict(record.get("compilation_cache"))
     # Written by BenchmarkRecord.to_dict at the top level; a record dict may also still nest it in "extra".
     row.fallbacks = fallbacks_of(record.get("fallbacks")) or fallbacks_of(_dict(record.get("extra")).get("fallbacks"))
+    row.conditions = conditions_view.case_conditions(record.get("conditions"))
+    row.repetitions = conditions_view.repetitions_of(lat.get("repetition_counts"))
     row.cache_ms = number(comp.get("with_cache"))
     if row.cache_ms is not None:
         save, size = number(comp.get("save_to_cache")), number(cache.get("size_bytes"))
@@ -966,4 +970,5 @@ def build_context(results: Results, *, baseline: BaselineView | None = None, tit
         "layers": LAYERS,
         "phases": PHASES,
         "phase_titles": PHASE_TITLES,
+        **conditions_view.section_context([r for f in families for g in f.models for r in g.rows]),
     }

@@ -142,7 +142,7 @@ def test_warmup_runs_are_excluded_and_first_inference_kept():
     assert m.stats().max_ms == 1000.0  # the slow warm-up runs are not in the statistics
     assert m.stopped_by == "minimums"
     assert m.summary() == {"warmup_runs_done": 2, "timed_runs": 3, "warmup_elapsed_s": 9.0, "elapsed_s": 3.0,
-                           "stopped_by": "minimums"}
+                           "stopped_by": "minimums", "repetitions": 1}
 
 
 def test_warmup_minimum_time():
