@@ -10,6 +10,8 @@ driver benchmarks/slowed_driver.py as device `slowed-cpu`):
     x1.15   slowed-cpu alone, 1.15 times slower           -> compare base x1.15: slowed-cpu rows must at least WARN
 
 The order of the last three rotates from trial to trial, so slow drift of the machine favours none.
+With --ab (the default), each trial also runs two paired `mlts benchmark --quick --ab slowed-cpu,slowed-cpu-b`
+runs in one process each: against an identical build (no FAIL allowed) and a 1.30x slower one (FAIL).
 Also reported: each device's run-to-run level noise (the spread of log(median same / median base)
 over the identical pairs, divided by sqrt 2), the figure behind decision.DEFAULT_RUN_NOISE_PCT, and
 the conditions of the runs (other processes' CPU share).
@@ -49,6 +51,21 @@ def benchmark(out: Path, factory: str, alone: bool) -> float:
     return time.monotonic() - t0
 
 
+def paired(out: Path, candidate: str) -> list[dict]:
+    """The `paired` objects of one `mlts benchmark --quick --ab slowed-cpu,slowed-cpu-b` run."""
+    cmd = mlts("benchmark", "--quick", "--no-report", "--out", str(out), "--driver", f"{SLOWED}:create",
+               "--driver", f"{SLOWED}:{candidate}", "--ab", f"{DEVICE},{DEVICE}-b")
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-2000:]}")
+    out_rows = []
+    for line in (out / "results.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r.get("kind") == "benchmark" and isinstance(r.get("paired"), dict):
+            out_rows.append(r["paired"])
+    return out_rows
+
+
 def compare(base: Path, current: Path) -> list[dict]:
     done = subprocess.run(mlts("compare", "--json", str(base), str(current)), capture_output=True, text=True)
     if done.returncode not in (0, 1):
@@ -70,11 +87,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--out", default="reports/ci-gate", help="where the runs and ci_gate.json go")
+    ap.add_argument("--no-ab", action="store_true", help="leave out the paired --ab runs")
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     root = Path(args.out)
     root.mkdir(parents=True, exist_ok=True)
     rows: dict[str, list[dict]] = {"same": [], "x1.30": [], "x1.15": []}
+    ab: dict[str, list[dict]] = {"ab same": [], "ab x1.30": []}
     level_logs: dict[str, list[float]] = {}
     busy: list[float] = []
     seconds: list[float] = []
@@ -103,10 +122,20 @@ def main() -> int:
                     if r.get("baseline_p50_ms") and r.get("current_p50_ms"):
                         level_logs.setdefault(r["driver"], []).append(
                             math.log(r["current_p50_ms"] / r["baseline_p50_ms"]))
+        if not args.no_ab:
+            for name, factory in (("ab same", "create_b"), ("ab x1.30", "create_b_1_30")):
+                out = trial / name.replace(" ", "-")
+                if out.exists():
+                    import shutil
+                    shutil.rmtree(out)
+                ab[name] += paired(out, factory)
         v = {k: Counter(r["verdict"] for r in rows[k]) for k in rows}
+        v.update({k: Counter(p["verdict"] for p in ab[k]) for k in ab})
         print(f"trial {t + 1}/{args.trials}: same {dict(v['same'])}, x1.30 {dict(v['x1.30'])}, "
-              f"x1.15 {dict(v['x1.15'])}", flush=True)
+              f"x1.15 {dict(v['x1.15'])}, --ab same {dict(v['ab same'])}, --ab x1.30 {dict(v['ab x1.30'])}",
+              flush=True)
     verdicts = {k: dict(Counter(r["verdict"] for r in rows[k])) for k in rows}
+    verdicts.update({k: dict(Counter(p["verdict"] for p in ab[k])) for k in ab})
     noise = {d: 100 * statistics.pstdev(xs) / math.sqrt(2) for d, xs in level_logs.items() if len(xs) > 1}
     result = {
         "trials": args.trials, "verdicts": verdicts,
@@ -115,6 +144,9 @@ def main() -> int:
         "x1.15_warn_or_fail": verdicts["x1.15"].get("WARN", 0) + verdicts["x1.15"].get("FAIL", 0),
         "x1.15_cases": len(rows["x1.15"]),
         "run_noise_pct_by_device": noise,
+        "ab_x1.30_ratios": sorted(round(p["ratio"], 3) for p in ab["ab x1.30"] if p.get("ratio")),
+        "ab_same_ratios_extremes": [round(f(p["ratio"] for p in ab["ab same"] if p.get("ratio")), 3) for f in (min, max)]
+        if ab["ab same"] else None,
         "x1.30_ratios": sorted(round(r["ratio"], 3) for r in rows["x1.30"] if r.get("ratio")),
         "x1.15_ratios": sorted(round(r["ratio"], 3) for r in rows["x1.15"] if r.get("ratio")),
         "identical_ratios_extremes": [round(f(r["ratio"] for r in rows["same"] if r.get("ratio")), 3) for f in (min, max)],

@@ -9,6 +9,8 @@ benchmarks/ci_gate.py builds regressions with it: the same device name `slowed-c
 so `mlts compare` pairs a baseline run of `create` with a current run of `create_1_15` or `create_1_30`:
 
     mlts benchmark --quick --driver benchmarks/slowed_driver.py:create_1_30 --drivers slowed-cpu
+
+`create_b` and `create_b_1_30` are the same builds named `slowed-cpu-b`, for `mlts benchmark --ab`.
 """
 from __future__ import annotations
 
@@ -35,8 +37,8 @@ class SlowedDriver(KernelDriver):
     """Every operation nnapi-reference has, `factor` times slower; no compilation cache (so a run does
     not time cache preparation it would not need)."""
 
-    def __init__(self, factor: float) -> None:
-        super().__init__(NAME, Capabilities.uniform(factor, factor), version=f"x{factor:g}")
+    def __init__(self, factor: float, name: str = NAME) -> None:
+        super().__init__(name, Capabilities.uniform(factor, factor), version=f"x{factor:g}")
         self.factor = float(factor)
 
     def get_number_of_cache_files_needed(self) -> tuple[int, int]:
@@ -58,3 +60,12 @@ def create_1_15() -> SlowedDriver:
 
 def create_1_30() -> SlowedDriver:
     return SlowedDriver(1.30)
+
+
+# Second builds under another name, for paired runs against `create`: `--ab slowed-cpu,slowed-cpu-b`.
+def create_b() -> SlowedDriver:
+    return SlowedDriver(1.0, f"{NAME}-b")
+
+
+def create_b_1_30() -> SlowedDriver:
+    return SlowedDriver(1.30, f"{NAME}-b")

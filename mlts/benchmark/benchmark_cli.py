@@ -114,9 +114,11 @@ def add_benchmark_parser(subparsers) -> argparse.ArgumentParser:
                    help=f"threads per BLAS, OpenMP and numba pool, in mlts and in the driver services it starts "
                         f"(default {DEFAULT_THREADS}: drivers compared one thread each, repeatable on a busy machine)")
     p.add_argument("--repeat", type=int, metavar="N",
-                   help="whole-case repetitions (compile, warm up, time) per case, kept apart in the record "
-                        "(latency.repetition_counts) so that `mlts compare` measures their spread instead of "
-                        f"assuming it (default 1, at most {R.MAX_REPEAT}; N times the timing)")
+                   help="time each case in N slices, one per pass over every case (the run-length rules divided "
+                        "among them), so that a few seconds of contention on a shared machine touch one slice of a "
+                        "case rather than all of it; the record keeps each slice's count "
+                        f"(latency.repetition_counts) and `mlts compare` measures their spread (default "
+                        f"{R.DEFAULT_REPEAT}; 1: one piece; at most {R.MAX_REPEAT})")
     p.add_argument("--ab", metavar="BASELINE,CANDIDATE",
                    help="paired A/B run: time two drivers (or CANDIDATE against nnapi-reference) in alternation, "
                         "A B B A ..., in this process, so that machine load touches both alike; the candidate's "
@@ -186,7 +188,7 @@ def _new_config(args: argparse.Namespace, threads: int) -> R.BenchmarkConfig:
         preset="quick" if quick else "default",
         timeout_s=R.DEFAULT_TIMEOUT_S if args.timeout is None else (args.timeout or None),
         threads=threads,
-        repeat=1 if args.repeat is None else args.repeat,
+        repeat=(1 if ab else R.DEFAULT_REPEAT) if args.repeat is None else args.repeat,
         ab=ab,
     )
 

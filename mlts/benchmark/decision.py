@@ -252,28 +252,34 @@ def _log_median(x: np.ndarray) -> np.ndarray:
 
 
 def level(side: Side) -> float:
-    """The side's latency level, in log ms: the mean over its runs of the mean over their repetitions of the
-    log median (for one run of one repetition, the log of its median)."""
-    return float(np.mean([np.mean([_log_median(np.median(g)) for g in run]) for run in side.runs]))
+    """The side's latency level, in log ms: the mean over its runs of the log of the run's median (all its
+    repetitions pooled: a slice that met a few seconds of contention moves a pooled median little)."""
+    return float(np.mean([_log_median(np.median(np.concatenate(run))) for run in side.runs]))
+
+
+#: The median absolute deviation of a normal sample times this estimates its standard deviation.
+MAD_TO_SD = 1.4826
 
 
 def run_noise(side: Side, floor_pct: float) -> float:
     """The side's run-to-run noise as a standard deviation in log terms: the larger of the assumed floor
-    and the spread (sample standard deviation) of its repetitions' and runs' log medians, when it has two
-    or more; the level's uncertainty from it is this over sqrt(number of runs)."""
+    and, with three or more repetitions and runs in all, the robust spread (MAD_TO_SD times the median
+    absolute deviation) of their log medians, so one slice that met contention does not count as spread
+    but a machine whose level keeps moving does. The level's uncertainty from it is this over
+    sqrt(number of runs)."""
     floor = math.log1p(floor_pct / 100.0)
     groups = side.groups
-    if len(groups) < 2:
+    if len(groups) < 3:
         return floor
-    return max(floor, float(np.std([_log_median(np.median(g)) for g in groups], ddof=1)))
+    logs = np.array([_log_median(np.median(g)) for g in groups])
+    return max(floor, MAD_TO_SD * float(np.median(np.abs(logs - np.median(logs)))))
 
 
 def _level_draws(side: Side, floor_pct: float, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """Bootstrap draws of `level(side)`: each repetition's median resampled from its own latencies, plus a
+    """Bootstrap draws of `level(side)`: each run's pooled median resampled from its own latencies, plus a
     normal draw of the run-to-run noise (`run_noise`) over sqrt(number of runs)."""
-    per_run = [np.mean([_log_median(bootstrap_medians(np.sort(g), resamples, rng)) for g in run], axis=0)
-               for run in side.runs]
-    draws = np.mean(per_run, axis=0)
+    draws = np.mean([_log_median(bootstrap_medians(np.sort(np.concatenate(run)), resamples, rng))
+                     for run in side.runs], axis=0)
     sd = run_noise(side, floor_pct) / math.sqrt(len(side.runs))
     return draws + rng.normal(0.0, sd, resamples) if sd > 0 else draws
 

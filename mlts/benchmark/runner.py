@@ -56,6 +56,8 @@ RUN_FILE = "run.json"
 PRESET_RULES = {"quick": QUICK, "default": DEFAULT}
 DEFAULT_TIMEOUT_S = 120.0
 MAX_REPEAT = 100
+#: `mlts benchmark`'s slices per case unless --repeat says otherwise (BenchmarkConfig's own default is 1).
+DEFAULT_REPEAT = 3
 
 
 def _bad(message: str) -> MltsError:
@@ -162,7 +164,9 @@ class BenchmarkConfig:
     timeout_s: float | None = DEFAULT_TIMEOUT_S
     #: Threads of every BLAS, OpenMP and numba pool during the run (threads.ThreadPinning).
     threads: int = DEFAULT_THREADS
-    #: Whole-case repetitions (compile, warm up, time) whose spread `mlts compare` feeds into its decision.
+    #: Slices per case (`--repeat N`): pass 1 measures every case and times its first slice, passes 2..N time one
+    #: more slice each (warm-up, timed runs, under rules.sliced(N)); the record keeps each slice's sample
+    #: count (`latency.repetition_counts`), whose spread `mlts compare` feeds into its decision.
     repeat: int = 1
     #: Paired A/B runs (paired.PairedRunner): [baseline, candidate], the run's drivers, timed in alternation.
     ab: list[str] | None = None
@@ -348,6 +352,21 @@ class BenchmarkRunner:
         self.preference = parse_preference(config.preference)
         self.previous_status: dict[tuple, str | None] = {}
         self.pinning: ThreadPinning | None = None
+        #: cases whose later slices (--repeat) are still to come, in the order they were first timed
+        self.pending: list[_PendingCase] = []
+
+    def _later_passes(self, progress: Progress) -> None:
+        """Passes 2..N over every pending case, one slice each, then their records: a few seconds of contention
+        on a shared machine touch one slice of a case, not all of it. Interrupted, pending cases are not
+        written (a resumed run times them again)."""
+        for k in range(2, self.config.repeat + 1):
+            if self.pending:
+                progress.log(f"pass {k} of {self.config.repeat}: slice {k} of {len(self.pending)} case(s)")
+            for case in self.pending:
+                case.model_run.time_slice(case, k)
+        while self.pending:
+            case = self.pending.pop(0)
+            case.model_run.finish(case)
 
     def model_run(self, *args: Any) -> "_ModelRun":
         """The cases of one model (name, writer, progress, sampler, summary); paired.PairedRunner pairs them."""
@@ -397,12 +416,14 @@ class BenchmarkRunner:
         self._write_run_file(summary, started, None)
         progress.log(f"{summary.cases} case(s): {len(available)} model(s) x {len(cfg.drivers)} driver(s) "
                      f"x {len(cfg.modes)} mode(s); {cfg.images} held-out image(s) for accuracy; "
-                     f"rules {cfg.rules.describe()}")
+                     f"rules {cfg.rules.describe()}"
+                     + (f"; each case timed in {cfg.repeat} slices, one per pass over every case" if cfg.repeat > 1 else ""))
         ended = False  # True unless an error (a results file that cannot be written) is on its way out
         try:
             with ThreadPinning(cfg.threads) as self.pinning:
                 for name in available:
                     self.model_run(name, writer, progress, sampler, summary).run()
+                self._later_passes(progress)
             ended = True
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM through mlts.signals
             summary.interrupted = True
@@ -421,6 +442,20 @@ class BenchmarkRunner:
                 if ended:
                     raise  # else the error already on its way says what failed first
         return summary
+
+
+@dataclass(eq=False)
+class _PendingCase:
+    """A case timed in slices (--repeat N): measured and scored in pass 1, written after its last slice."""
+
+    model_run: "_ModelRun"
+    rec: BenchmarkRecord
+    infer: "_Inference"
+    devices: list
+    mode: str
+    m: Measurement
+    label: str = ""
+    stuck: bool = False
 
 
 class _ModelRun:
@@ -640,8 +675,7 @@ class _ModelRun:
         ops = self.imported.model.operations()
         missing = [(j, code.name) for j, ((code, _, _), ok) in enumerate(zip(ops, flags)) if not ok]
         if not missing:
-            self._measure_case(rec, [device], mode)
-            self._write(rec, label)
+            self._settle(rec, label, self._measure_case(rec, [device], mode))
             return
         types = sorted({name for _, name in missing})
         support = {"supported_operations": len(ops) - len(missing), "total_operations": len(ops),
@@ -670,12 +704,13 @@ class _ModelRun:
             return
         prec = self._record(pname, mode, [driver, REFERENCE_DEVICE_NAME])
         prec.extra["partitioned"] = {"driver": driver, "with": REFERENCE_DEVICE_NAME, **support}
+        pending = None
         try:
             ref = _stage("finding the device", lambda: get_device(REFERENCE_DEVICE_NAME))
-            self._measure_case(prec, [device, ref], mode)
+            pending = self._measure_case(prec, [device, ref], mode)
         except _CaseError as e:  # the reference device itself went away
             prec.status, prec.message = "error", str(e)
-        self._write(prec, plabel)
+        self._settle(prec, plabel, pending)
 
     def _compile(self, devices: list, cache: tuple[str, bytes] | None = None) -> tuple[Compilation, float]:
         t = time.perf_counter()
@@ -703,9 +738,10 @@ class _ModelRun:
                  "prepared_from_cache": loading.cache_status == "prepared-from-cache"}
         return {"save_to_cache": save_ms, "with_cache": load_ms}, cache
 
-    def _measure_case(self, rec: BenchmarkRecord, devices: list, mode: str) -> None:
+    def _measure_case(self, rec: BenchmarkRecord, devices: list, mode: str) -> "_PendingCase | None":
         """Fill `rec` with compilation, latency, driver timing, partition and accuracy; a failing or stalled
-        stage makes it an error record keeping what the stages before it measured."""
+        stage makes it an error record keeping what the stages before it measured. With --repeat N > 1 an
+        ok case is returned pending: its compilation kept for the later slices."""
         cfg = self.cfg
         guard = self.watchdog
         single = len(devices) == 1  # NNAPI's deadline applies too (_compile, _Inference), and goes first
@@ -726,33 +762,64 @@ class _ModelRun:
                     rec.compilation_cache = cached[1]
             infer = guard.run("starting the execution",
                               lambda _tick: _Inference(compilation, mode, cfg.measure_timing, cfg.timeout_s), devices)
-            m = self._timed(infer, devices, mode, "")
-            for k in range(2, cfg.repeat + 1):  # whole-case repetitions: compile, warm up and time again
-                of = f", repetition {k} of {cfg.repeat}"
-                again, _ = guard.run(f"compiling{of}", lambda _tick: self._compile(devices), devices,
-                                     nnapi_deadline=single)
-                infer_k = guard.run(f"starting the execution{of}", lambda _tick: _Inference(
-                    again, mode, cfg.measure_timing, cfg.timeout_s), devices)
-                m.extend(self._timed(infer_k, devices, mode, of))
-                self._close(infer_k, rec, devices)
-            rec.first_inference_ms = m.first_s * 1000.0 if m.first_s is not None else None
-            rec.latency = m.stats()
-            rec.run_length = {**m.summary(), "rules": cfg.rules.to_dict()}
-            rec.driver_time = driver_times(m.returns)
-            m.returns.clear()
+            m = self._timed(infer, devices, mode, 1)
+            self._fill_latency(rec, m)
             reference = self.reference_outputs() if self.inputs else None
             rec.accuracy = guard.run("scoring accuracy",
                                      lambda tick: self._accuracy(infer, devices, mode, reference, tick), devices,
                                      waiting_on=inference_waiting_on(len(self.inputs), "image"), nnapi_deadline=single)
+            if cfg.repeat > 1:  # the other slices come in later passes over every case (BenchmarkRunner.run)
+                return _PendingCase(self, rec, infer, devices, mode, m)
         except _CaseError as e:
             rec.status, rec.message = "error", str(e)
             stuck = isinstance(e, StageTimeout) and e.abandoned
         if infer is not None and not stuck:  # never wait on a thread stuck in the driver (nor when interrupted)
             self._close(infer, rec, devices)
+        return None
 
-    def _timed(self, infer: _Inference, devices: list, mode: str, of: str) -> Measurement:
-        """The warm-up and timed runs of one repetition of a case, under the run-length rules."""
-        x, rules = self.timing_input, self.cfg.rules
+    def _fill_latency(self, rec: BenchmarkRecord, m: Measurement) -> None:
+        rec.first_inference_ms = m.first_s * 1000.0 if m.first_s is not None else None
+        rec.latency = m.stats()
+        rec.run_length = {**m.summary(), "rules": self.cfg.rules.to_dict()}
+        if self.cfg.repeat > 1:
+            rec.run_length["slice_rules"] = self.slice_rules.to_dict()
+        rec.driver_time = driver_times(m.returns)
+
+    @property
+    def slice_rules(self) -> RunLengthRules:
+        return self.cfg.rules.sliced(self.cfg.repeat)
+
+    def time_slice(self, case: "_PendingCase", k: int) -> None:
+        """Slice k of a pending case; a failing or stalled slice makes it an error record (later slices skip it)."""
+        if case.rec.status != "ok":
+            return
+        try:
+            case.m.extend(self._timed(case.infer, case.devices, case.mode, k))
+        except _CaseError as e:
+            case.rec.status, case.rec.message = "error", str(e)
+            case.stuck = isinstance(e, StageTimeout) and e.abandoned
+
+    def finish(self, case: "_PendingCase") -> None:
+        """A pending case's record from all its slices, written."""
+        self._fill_latency(case.rec, case.m)
+        if not case.stuck:
+            self._close(case.infer, case.rec, case.devices)
+        self._write(case.rec, case.label)
+
+    def _settle(self, rec: BenchmarkRecord, label: str, pending: "_PendingCase | None") -> None:
+        """Write a finished case now; one with slices to come waits for the later passes."""
+        if pending is None:
+            self._write(rec, label)
+            return
+        pending.label = label
+        self.runner.pending.append(pending)
+        lat = rec.latency.to_dict() if hasattr(rec.latency, "to_dict") else rec.latency
+        self.progress.log(f"{label}: slice 1 of {self.cfg.repeat} timed (p50 {lat['p50_ms']:.2f} ms)")
+
+    def _timed(self, infer: _Inference, devices: list, mode: str, k: int) -> Measurement:
+        """The warm-up and timed runs of slice k of a case, under the (sliced) run-length rules."""
+        x, rules = self.timing_input, self.slice_rules
+        of = f", slice {k} of {self.cfg.repeat}" if self.cfg.repeat > 1 else ""
 
         def timed(tick: Tick) -> Measurement:
             def once() -> Execution:

@@ -267,6 +267,16 @@ class RunLengthRules:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def sliced(self, slices: int) -> "RunLengthRules":
+        """The rules of one of `slices` interleaved slices of a case (`mlts benchmark --repeat`): the run
+        counts and times divided among them, so the case costs about what it did in one piece, and at
+        least one warm-up run per slice (other cases ran in between: caches are cold again)."""
+        if slices <= 1:
+            return self
+        return RunLengthRules(warmup_runs=max(1, math.ceil(self.warmup_runs / slices)),
+                              warmup_min_s=self.warmup_min_s / slices, min_runs=math.ceil(self.min_runs / slices),
+                              min_s=self.min_s / slices, max_s=self.max_s / slices, name=f"{self.name}/{slices}")
+
     @classmethod
     def from_dict(cls, d: dict) -> "RunLengthRules":
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})

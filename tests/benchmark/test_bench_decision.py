@@ -130,22 +130,32 @@ def runs_of(kind, seed, side, runs, reps, n, ratio=1.0, offset_sd=0.0):
     return Side(tuple(out))
 
 
-def test_level_is_the_log_median_for_one_run_and_the_mean_of_logs_otherwise():
+def test_level_is_the_log_of_each_runs_pooled_median_averaged_over_runs():
     assert level(Side.of([1.0, 2.0, 4.0], "x")) == pytest.approx(math.log(2.0))
     side = Side(((np.array([1.0, 2.0, 3.0]), np.array([8.0])), (np.array([4.0]),)))
-    # run 1: mean(log 2, log 8) = log 4; run 2: log 4; the mean of the runs: log 4
-    assert level(side) == pytest.approx(math.log(4.0))
+    # run 1 pooled: [1, 2, 3, 8], median 2.5; run 2: 4; the mean of the logs: log sqrt(10)
+    assert level(side) == pytest.approx(math.log(math.sqrt(10.0)))
     assert side.pooled.tolist() == [1.0, 2.0, 3.0, 8.0, 4.0] and len(side.groups) == 3
 
 
-def test_run_noise_is_the_floor_or_the_measured_spread():
+def test_run_noise_is_the_floor_or_the_robust_spread_of_three_or_more_groups():
     one = Side.of([10.0] * 20, "x")
     assert run_noise(one, 2.5) == pytest.approx(math.log(1.025)) and run_noise(one, 0) == 0
-    # three repetitions with medians 10, 11, 12: the sample sd of their logs, above a 2.5% floor
+    # slices with medians 10, 11, 12: 1.4826 x the median absolute deviation of their logs (log 12/11)
     spread = Side(((np.full(5, 10.0), np.full(5, 11.0), np.full(5, 12.0)),))
-    expected = float(np.std(np.log([10.0, 11.0, 12.0]), ddof=1))
-    assert run_noise(spread, 2.5) == pytest.approx(expected) and expected > math.log(1.025)
-    assert run_noise(Side(((np.full(5, 10.0), np.full(5, 10.01)),)), 2.5) == pytest.approx(math.log(1.025))
+    assert run_noise(spread, 2.5) == pytest.approx(1.4826 * math.log(12 / 11))
+    # one slice that met contention (+60%) is not spread: 1.4826 x log(10.1/10) is under the floor
+    contended = Side(((np.full(5, 10.0), np.full(5, 10.1), np.full(5, 16.0)),))
+    assert run_noise(contended, 2.5) == pytest.approx(math.log(1.025))
+    assert run_noise(Side(((np.full(5, 10.0), np.full(5, 30.0)),)), 2.5) == pytest.approx(math.log(1.025))
+
+
+def test_a_contended_slice_moves_the_pooled_level_little():
+    rng = np.random.default_rng(8)
+    quiet = [10 * rng.lognormal(0, 0.03, 20) for _ in range(3)]
+    hit = Side((tuple(quiet[:2]) + (1.6 * quiet[2],),))
+    d = decide(Side((tuple(quiet),)), hit)
+    assert d.verdict != FAIL and d.ratio < 1.06, d
 
 
 def test_the_floor_widens_the_interval_by_the_expected_amount():

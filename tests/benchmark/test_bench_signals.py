@@ -42,9 +42,11 @@ def test_an_ignored_signal_stays_ignored():
 
 
 def _interrupted_run(tmp_path: Path, sig: int) -> tuple[subprocess.CompletedProcess, Path, str]:
-    """A quick benchmark of two models on nnapi-reference, sent `sig` once its first case is written."""
+    """A quick benchmark of two models on nnapi-reference, sent `sig` once its first case is written (each
+    case in one piece, so that the first is written while the second runs)."""
     out = tmp_path / "run"
-    cmd = [MLTS, "benchmark", "--quick", "--models", MODELS, "--drivers", "nnapi-reference", "--out", str(out)]
+    cmd = [MLTS, "benchmark", "--quick", "--repeat", "1", "--models", MODELS, "--drivers", "nnapi-reference",
+           "--out", str(out)]
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=tmp_path)
