@@ -282,11 +282,12 @@ class RunLengthRules:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
-#: `--quick`: the whole quick run fits in a minute on two cores, with at least 10 timed runs per case so
-#: `mlts compare` can decide on the samples (fewer than decision.MIN_SAMPLES only WARN).
-QUICK = RunLengthRules(warmup_runs=2, warmup_min_s=0.05, min_runs=10, min_s=0.3, max_s=1.0, name="quick")
+#: `--quick`: the whole quick run fits in a minute on two cores, with at least 30 timed runs per case (10 per
+#: slice of the default three): `mlts compare` decides on the samples, and a slice's median is steady enough
+#: for the spread between slices to mean something.
+QUICK = RunLengthRules(warmup_runs=3, warmup_min_s=0.05, min_runs=30, min_s=0.6, max_s=1.5, name="quick")
 #: The default: enough runs for stable medians and p90s while the whole run stays under ten minutes.
-DEFAULT = RunLengthRules(warmup_runs=2, warmup_min_s=0.2, min_runs=10, min_s=1.0, max_s=5.0, name="default")
+DEFAULT = RunLengthRules(warmup_runs=3, warmup_min_s=0.2, min_runs=30, min_s=1.0, max_s=5.0, name="default")
 PRESETS: dict[str, RunLengthRules] = {"quick": QUICK, "default": DEFAULT}
 
 
