@@ -48,6 +48,9 @@ def _epilog() -> str:
         "run-length rules (warm-up runs are never in the statistics; a timed run in progress is never cut):",
         _item(d.describe()),
         _item(q.describe()),
+        _item(f"each case is timed in {R.DEFAULT_REPEAT} slices (--repeat N), one per pass over every case, the "
+              "rules divided among them: seconds of contention on a shared machine touch one slice, not the "
+              "whole case; records are written after the last pass (--repeat 1: one piece, written at once)"),
         "models (--models takes names or regular expressions, comma-separated; `mlts models` lists them):",
         _item(f"default: {', '.join(R.DEFAULT_MODELS)}; accuracy on {R.DEFAULT_IMAGES} held-out images"),
         _item(f"--quick: {', '.join(R.QUICK_MODELS)}; accuracy on {R.QUICK_IMAGES} held-out images"),
@@ -70,8 +73,11 @@ def _epilog() -> str:
         f"  {DEFAULT_THREADS} thread each unless --threads N (threadpoolctl, numba.set_num_threads and the",
         "  OPENBLAS/OMP/MKL/NUMBA_NUM_THREADS variables); each record's `conditions` says what the pools",
         "  used, the load around the case, the CPU frequency and the CPU share other processes took.",
+        "paired runs (--ab A,B): A and B timed in alternation, A B B A ..., in one process; the candidate's",
+        "  record carries the paired ratio, its 95% interval (sign test) and a verdict (FAIL above +10%).",
         "exit status: 0 run finished (whatever its cases' statuses); 1 bad input, an output path that",
-        "  cannot be written, no model could run (no trained weights), or a FAIL against --baseline;",
+        "  cannot be written, no model could run (no trained weights), a FAIL against --baseline or in an",
+        "  --ab pair;",
         "  130 interrupted by SIGINT (Ctrl-C), 143 by SIGTERM: what finished is kept and reported",
         "  (--resume DIR continues).",
     ])

@@ -18,7 +18,10 @@ from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
 from .decision import FAIL, PASS, DecisionRule, fmt_pct, p_text
 from .paired_stats import decide_paired
 from .records import BenchmarkRecord
-from .runner import BenchmarkRunner, _Inference, _ModelRun, _stage, driver_times
+from .case_info import driver_times
+from .inference import Inference, stage
+from .model_run import ModelRun
+from .runner import BenchmarkRunner
 from .stage_timeout import CaseError, StageTimeout, Tick, inference_waiting_on, runs_waiting_on
 from .stats import Measurement, latency_stats, measure
 
@@ -46,15 +49,11 @@ class PairedRunner(BenchmarkRunner):
         return _PairedModelRun(self, *args)
 
 
-class _PairedModelRun(_ModelRun):
+class _PairedModelRun(ModelRun):
     def run(self) -> None:
         base, cand = self.cfg.ab
         pending = [m for m in self.cfg.modes if not self.writer.is_done(self._key(cand, m))]
-        skipped = 2 * (len(self.cfg.modes) - len(pending))
-        if skipped:
-            self.progress.done += skipped
-            self.progress.resumed += skipped
-            self.progress.log(f"{self.name}: {skipped} case(s) already done (resumed)")
+        self._skip_done(2 * (len(self.cfg.modes) - len(pending)))
         if not pending:
             return
         try:
@@ -81,7 +80,7 @@ class _PairedModelRun(_ModelRun):
         """The devices one side runs on: the driver alone, or partitioned with nnapi-reference."""
         from mlts.runtime import get_device
 
-        device = _stage("finding the device", lambda: get_device(name))
+        device = stage("finding the device", lambda: get_device(name))
         flags = self.watchdog.run("asking for the supported operations",
                                   lambda _tick: self.imported.model.get_supported_operations_for_devices([device]),
                                   [device])
@@ -91,12 +90,12 @@ class _PairedModelRun(_ModelRun):
             raise CaseError("asking for the supported operations", None,
                             f"{name} supports {sum(flags)} of {len(flags)} operations"
                             + ("; partitioning is off (--no-partition)" if not self.cfg.partition else ""))
-        return [device, _stage("finding the device", lambda: get_device(REFERENCE_DEVICE_NAME))]
+        return [device, stage("finding the device", lambda: get_device(REFERENCE_DEVICE_NAME))]
 
     def _run_pair(self, mode: str) -> None:
         names = self.cfg.ab
         recs = [self._record(n, mode, [n]) for n in names]
-        infers: list[_Inference] = []
+        infers: list[Inference] = []
         sides: list[list] = []
         stuck = False
         try:
@@ -110,7 +109,7 @@ class _PairedModelRun(_ModelRun):
                 compilation, ms = self.watchdog.run(f"compiling for {rec.driver}",
                                                     lambda _tick, dv=devices: self._compile(dv), devices)
                 rec.compilation_ms = {"without_cache": ms, "save_to_cache": None, "with_cache": None}
-                infers.append(_Inference(compilation, mode, self.cfg.measure_timing, self.cfg.timeout_s))
+                infers.append(Inference(compilation, mode, self.cfg.measure_timing, self.cfg.timeout_s))
             m = self.watchdog.run(f"running {' and '.join(names)} in pairs ({mode})",
                                   lambda tick: self._pairs(infers, tick), everything,
                                   waiting_on=runs_waiting_on(self.cfg.rules))
@@ -135,7 +134,7 @@ class _PairedModelRun(_ModelRun):
             self.progress.log(f"{self.name} | {names[0]} -> {names[1]} | {mode}: {paired['verdict']}, "
                               f"{paired['summary']}")
 
-    def _pairs(self, infers: list[_Inference], tick: Tick) -> Measurement:
+    def _pairs(self, infers: list[Inference], tick: Tick) -> Measurement:
         """Warm-up and timed pairs; each timed pair returns (baseline seconds, candidate seconds)."""
         import time
 

@@ -1,0 +1,122 @@
+"""What every benchmark case feeds and calls: the held-out images as a model's inputs, one inference in the
+case's mode, digests that identify inputs and files in a record, and a stage that calls no driver."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from mlts.runtime import Burst, Compilation, Execution, MltsError, OperandCode, ResultCode
+
+from .stage_timeout import Watchdog
+
+HELDOUT_SPLIT = "heldout"
+#: The held-out image whose input every timed inference uses.
+TIMING_IMAGE_INDEX = 0
+
+
+def _bad(message: str) -> MltsError:
+    return MltsError(ResultCode.BAD_DATA, message)
+
+
+def digest(arrays: Iterable[np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(str(a.dtype).encode() + str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def file_digest(path: Path) -> str | None:
+    try:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()[:16]
+    except OSError:
+        return None
+
+
+def stage(stage: str, fn: Callable[[], Any]) -> Any:
+    """A stage that calls no driver (loading, rendering images): unbounded, in this thread."""
+    return Watchdog(None).run(stage, lambda _tick: fn())
+
+
+class HeldOutImages:
+    """The first N held-out images per resolution, rendered once for every model of that size."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def get(self, resolution: int) -> tuple[np.ndarray, np.ndarray]:
+        """(images NxHxWx3 uint8, labels N); image TIMING_IMAGE_INDEX is rendered even when N is 0."""
+        if resolution not in self._cache:
+            from mlts.datasets.shapes import ShapesDataset
+
+            ds = ShapesDataset(HELDOUT_SPLIT, resolution)
+            n = max(self.count, TIMING_IMAGE_INDEX + 1)
+            items = [ds[i] for i in range(n)]
+            self._cache[resolution] = (np.stack([im for im, _ in items]),
+                                       np.array([lb for _, lb in items], np.int64))
+        return self._cache[resolution]
+
+
+def model_inputs(imported: Any, images: np.ndarray) -> list[np.ndarray]:
+    """Each image as the model's input 0: float NCHW in [-1, 1], or quantized with the input operand's
+    own scale and zero point."""
+    from mlts.datasets.preprocess import to_float_input, to_quant_input
+
+    model = imported.model
+    t = model.operand_type(model.inputs[0])
+    if t.code == OperandCode.TENSOR_FLOAT32:
+        return [to_float_input(images[i]) for i in range(len(images))]
+    if t.code in (OperandCode.TENSOR_QUANT8_ASYMM, OperandCode.TENSOR_QUANT8_ASYMM_SIGNED):
+        return [to_quant_input(images[i], scale=t.scale, zero_point=t.zero_point, dtype=t.dtype)
+                for i in range(len(images))]
+    raise _bad(f"{imported.name}: input type {t.describe()} is not an image input this benchmark can feed")
+
+
+class Inference:
+    """One inference per call in the case's mode: a new Execution each time (as MLTS does), outputs
+    into one preallocated buffer; returns the Execution so timings are read off the timed path."""
+
+    def __init__(self, compilation: Compilation, mode: str, measure_timing: bool,
+                 timeout_s: float | None = None) -> None:
+        self.compilation = compilation
+        self.mode = mode
+        self.measure_timing = measure_timing and compilation.is_single_explicit_device
+        single = compilation.is_single_explicit_device
+        self.timeout_ns = int(timeout_s * 1e9) if (timeout_s and single) else None
+        model = compilation.model
+        t = model.inferred_operand_type(model.outputs[0])
+        self.out = np.empty(t.dimensions, t.dtype) if t.is_tensor and t.is_fully_specified else None
+        self.burst = Burst(compilation) if mode == "burst" else None
+
+    def __call__(self, x: np.ndarray) -> Execution:
+        ex = Execution(self.compilation)
+        ex.set_input(0, x)
+        if self.out is not None:
+            ex.set_output(0, self.out)
+        if self.measure_timing:
+            ex.set_measure_timing(True)
+        if self.timeout_ns is not None:
+            ex.set_timeout(self.timeout_ns)
+        if self.mode == "sync":
+            ex.compute()
+        elif self.mode == "burst":
+            ex.burst_compute(self.burst)
+        else:
+            ex.start_compute().wait()
+        return ex
+
+    def output(self, ex: Execution) -> np.ndarray:
+        return self.out.copy() if self.out is not None else np.array(ex.get_output(0))
+
+    def close(self) -> None:
+        if self.burst is not None:
+            self.burst.close()
