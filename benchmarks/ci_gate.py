@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -51,13 +52,24 @@ def benchmark(out: Path, factory: str, alone: bool) -> float:
     return time.monotonic() - t0
 
 
-def paired(out: Path, candidate: str) -> list[dict]:
-    """The `paired` objects of one `mlts benchmark --quick --ab slowed-cpu,slowed-cpu-b` run."""
+def finished(run: Path) -> bool:
+    try:
+        return json.loads((run / "run.json").read_text()).get("finished") is not None
+    except (OSError, ValueError):
+        return False
+
+
+def paired(out: Path, candidate: str) -> None:
+    """One `mlts benchmark --quick --ab slowed-cpu,slowed-cpu-b` run."""
     cmd = mlts("benchmark", "--quick", "--no-report", "--out", str(out), "--driver", f"{SLOWED}:create",
                "--driver", f"{SLOWED}:{candidate}", "--ab", f"{DEVICE},{DEVICE}-b")
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-2000:]}")
+
+
+def paired_rows(out: Path) -> list[dict]:
+    """The `paired` objects of a finished --ab run."""
     out_rows = []
     for line in (out / "results.jsonl").read_text().splitlines():
         r = json.loads(line)
@@ -93,6 +105,7 @@ def main() -> int:
     root = Path(args.out)
     root.mkdir(parents=True, exist_ok=True)
     rows: dict[str, list[dict]] = {"same": [], "x1.30": [], "x1.15": []}
+    overall: dict[str, list[str]] = {"same": [], "x1.30": [], "x1.15": []}  # each comparison's verdict (its exit status)
     ab: dict[str, list[dict]] = {"ab same": [], "ab x1.30": []}
     level_logs: dict[str, list[float]] = {}
     busy: list[float] = []
@@ -104,19 +117,20 @@ def main() -> int:
         order = ["base"] + [["same", "x1.30", "x1.15"][(t + k) % 3] for k in range(3)]
         for name in order:
             out = trial / name
-            if not (out / "run.json").exists() or json.loads((out / "run.json").read_text()).get("finished") is None:
+            if not finished(out):  # a rerun of the script reuses what an earlier one finished
                 if out.exists():
-                    import shutil
                     shutil.rmtree(out)
                 took = benchmark(out, *runs[name])
-                if not runs[name][1]:
-                    seconds.append(took)
+                (out / "ci_gate_seconds.txt").write_text(f"{took:.3f}\n")
+            if not runs[name][1] and (out / "ci_gate_seconds.txt").is_file():
+                seconds.append(float((out / "ci_gate_seconds.txt").read_text()))
             busy += shares(out)
         for name in ("same", "x1.30", "x1.15"):
             got = compare(trial / "base", trial / name)
             if name != "same":
                 got = [r for r in got if r["driver"] == DEVICE]
             rows[name] += got
+            overall[name].append(max((r["verdict"] for r in got), key=["PASS", "WARN", "FAIL"].index, default="PASS"))
             if name == "same":
                 for r in got:
                     if r.get("baseline_p50_ms") and r.get("current_p50_ms"):
@@ -125,10 +139,11 @@ def main() -> int:
         if not args.no_ab:
             for name, factory in (("ab same", "create_b"), ("ab x1.30", "create_b_1_30")):
                 out = trial / name.replace(" ", "-")
-                if out.exists():
-                    import shutil
-                    shutil.rmtree(out)
-                ab[name] += paired(out, factory)
+                if not finished(out):
+                    if out.exists():
+                        shutil.rmtree(out)
+                    paired(out, factory)
+                ab[name] += paired_rows(out)
         v = {k: Counter(r["verdict"] for r in rows[k]) for k in rows}
         v.update({k: Counter(p["verdict"] for p in ab[k]) for k in ab})
         print(f"trial {t + 1}/{args.trials}: same {dict(v['same'])}, x1.30 {dict(v['x1.30'])}, "
@@ -139,6 +154,7 @@ def main() -> int:
     noise = {d: 100 * statistics.pstdev(xs) / math.sqrt(2) for d, xs in level_logs.items() if len(xs) > 1}
     result = {
         "trials": args.trials, "verdicts": verdicts,
+        "comparisons": {k: dict(Counter(v)) for k, v in overall.items()},
         "identical_fail": verdicts["same"].get("FAIL", 0), "identical_cases": len(rows["same"]),
         "x1.30_fail": verdicts["x1.30"].get("FAIL", 0), "x1.30_cases": len(rows["x1.30"]),
         "x1.15_warn_or_fail": verdicts["x1.15"].get("WARN", 0) + verdicts["x1.15"].get("FAIL", 0),
@@ -156,8 +172,11 @@ def main() -> int:
     }
     (root / "ci_gate.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
-    ok = (result["identical_fail"] <= 1 and result["x1.30_fail"] >= 0.95 * result["x1.30_cases"]
-          and result["x1.15_warn_or_fail"] >= 0.75 * result["x1.15_cases"])
+    # Issue 13's criteria: over all identical cases at most 1 FAIL; the 1.30x comparisons FAIL (exit 1) in
+    # 19 of 20, the 1.15x ones at least WARN in 15 of 20 (the per-case figures are reported too).
+    n = len(overall["x1.30"])
+    ok = (result["identical_fail"] <= 1 and overall["x1.30"].count("FAIL") >= 0.95 * n
+          and sum(v != "PASS" for v in overall["x1.15"]) >= 0.75 * n)
     print("issue 13 criteria:", "met" if ok else "NOT met")
     return 0 if ok else 1
 

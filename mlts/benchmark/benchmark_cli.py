@@ -32,10 +32,10 @@ SELECTION_OPTIONS = ("quick", "models", "drivers", "modes", "preference", "image
 
 #: What the presets took on the development machine (2 cores shared with a training job, so a loaded
 #: machine; see the README), stated in --help so a user knows what to expect.
-MEASURED = ("with nnapi-reference and mlts-fast on 2 cores shared with a training job and other test\n"
-            "  runs (load 4-6): --quick 26 s with a warm model cache, 64-85 s with an empty one (building\n"
-            "  the quantized models and compiling mlts-fast's kernels take about 40 s of that); the\n"
-            "  default 6 to 8 minutes, warm or empty cache (about 5 minutes of CPU time)")
+MEASURED = ("with nnapi-reference and mlts-fast on 2 shared cores: --quick about 15-30 s with a warm model\n"
+            "  cache and compiled kernels (28 s on a fresh clone, compiling mlts-fast's kernels), plus about\n"
+            "  40 s when the quantized models must be built first; the default several minutes (6 to 8 before\n"
+            "  cases took at least 30 runs; not measured since)")
 
 
 def _item(text: str) -> str:
