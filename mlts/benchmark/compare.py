@@ -359,11 +359,17 @@ def _run_samples(row: Row, record: dict, side: str, origin: Origin | None) -> tu
 
 def _side(row: Row, record: dict, others: list[dict] | None, side: str, origin: Origin | None) -> Side | None:
     """The latest record's samples, with those of the side's other ok runs of the case (merged results) as
-    further runs; None when the latest record has no usable samples."""
+    further runs: one per run_id, its last record (the same run merged twice, or a case retried within a
+    run, is one run); None when the latest record has no usable samples."""
     latest = _run_samples(row, record, side, origin)
     if latest is None:
         return None
-    runs = [_run_samples(row, r, side, origin) for r in (others or []) if r is not record and r.get("status", "ok") == "ok"
+    last_of_run: dict = {}
+    for k, r in enumerate(others or []):
+        last_of_run[r.get("run_id") or ("no run_id", k)] = r
+    seen_latest = record.get("run_id") or None
+    runs = [_run_samples(row, r, side, origin) for key, r in last_of_run.items()
+            if r is not record and key != seen_latest and r.get("status", "ok") == "ok"
             and _dict(r.get("latency")).get("samples_ms") is not None]
     return Side(tuple(r for r in runs if r is not None) + (latest,))
 

@@ -159,16 +159,16 @@ def test_repetition_counts_follow_the_reservoir():
 
 # --- merged runs in mlts compare ------------------------------------------------------------------------
 
-def record(samples, model="m", counts=None):
+def record(samples, model="m", counts=None, run_id=None):
     lat = latency_stats([s / 1000 for s in samples]).to_dict()
     lat["repetition_counts"] = counts
     return {"kind": "benchmark", "schema_version": 1, "model": model, "driver": "d", "mode": "sync",
-            "preference": "FAST_SINGLE_ANSWER", "status": "ok", "latency": lat}
+            "preference": "FAST_SINGLE_ANSWER", "status": "ok", "latency": lat, "run_id": run_id}
 
 
 def test_merged_runs_are_separate_runs_and_narrow_the_interval():
     rng = np.random.default_rng(4)
-    runs = [record(10 * rng.lognormal(0, 0.05, 50)) for _ in range(4)]
+    runs = [record(10 * rng.lognormal(0, 0.05, 50), run_id=f"run-{k}") for k in range(4)]
     current = record(10 * rng.lognormal(0, 0.05, 50))
     one = compare(runs[-1:], [current]).rows[0]
     four = compare(runs, [current])
@@ -176,6 +176,8 @@ def test_merged_runs_are_separate_runs_and_narrow_the_interval():
     assert (row.baseline_runs, row.current_runs) == (4, 1) and one.baseline_runs == 1
     assert row.baseline_samples == 200 and row.min_detectable_pct < one.min_detectable_pct
     assert any("latency decided on the samples of every ok run" in n for n in four.notes)
+    # the same runs merged twice are still four runs, not eight
+    assert compare(runs + runs, [current]).rows[0].baseline_runs == 4
     # repetition counts that do not add up: a current record is not a valid measurement
     bad = record(10 * rng.lognormal(0, 0.05, 20), counts=[5, 5])
     row = compare(runs, [bad]).rows[0]

@@ -49,7 +49,10 @@ def _interrupted_run(tmp_path: Path, sig: int) -> tuple[subprocess.CompletedProc
            "--out", str(out)]
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=tmp_path)
+        # A shell that ran these tests in the background ignores SIGINT in its children, and Python keeps an
+        # ignored SIGINT ignored: give the run the default disposition a terminal's Ctrl-C meets.
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=tmp_path,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 240
         while "[1/2]" not in err_path.read_text():
             assert proc.poll() is None, err_path.read_text()
