@@ -37,7 +37,7 @@ from mlts.runtime import MltsError, ResultCode
 
 from .decision import (DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, DEFAULT_SLOWDOWN_PCT,
                        DEFAULT_RUN_NOISE_PCT, FAIL, MIN_SAMPLES, PASS, WARN, Decision, DecisionRule, Side,
-                       as_samples, condition_warnings, split_repetitions,
+                       as_samples, condition_warnings, require_non_negative, split_repetitions,
                        decide, fmt_pct, p_text)
 from .records import BENCHMARK, CaseKey, case_key
 
@@ -72,11 +72,9 @@ class Thresholds:
     run_noise_pct: float = DEFAULT_RUN_NOISE_PCT
 
     def __post_init__(self) -> None:
-        for name in ("latency_warn_pct", "latency_fail_pct", "accuracy_warn_points", "accuracy_fail_points",
-                     "noise_k", "latency_slowdown_pct", "run_noise_pct"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise MltsError(ResultCode.BAD_DATA, f"threshold {name} must be a number >= 0, got {v!r}")
+        require_non_negative(self, ("latency_warn_pct", "latency_fail_pct", "accuracy_warn_points",
+                                    "accuracy_fail_points", "noise_k", "latency_slowdown_pct", "run_noise_pct"),
+                             "threshold")
         if self.latency_warn_pct > self.latency_fail_pct:
             raise MltsError(ResultCode.BAD_DATA, f"threshold latency_warn_pct ({self.latency_warn_pct}) is above "
                                                  f"latency_fail_pct ({self.latency_fail_pct})")

@@ -47,6 +47,14 @@ def _bad(message: str) -> MltsError:
     return MltsError(ResultCode.BAD_DATA, message)
 
 
+def require_non_negative(obj: Any, names: Sequence[str], label: str) -> None:
+    """BAD_DATA naming `label` and the field unless each named attribute is a finite number >= 0."""
+    for name in names:
+        v = getattr(obj, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise _bad(f"{label} {name} must be a number >= 0, got {v!r}")
+
+
 @dataclass(frozen=True)
 class DecisionRule:
     """The verdict on two samples of latencies (ms); ratio = median(current) / median(baseline).
@@ -80,10 +88,7 @@ class DecisionRule:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
                 raise _bad(f"decision rule {name} must be a number between 0 and 1 (exclusive), got {v!r}")
-        for name in ("slowdown_pct", "warn_pct", "run_noise_pct"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise _bad(f"decision rule {name} must be a number >= 0, got {v!r}")
+        require_non_negative(self, ("slowdown_pct", "warn_pct", "run_noise_pct"), "decision rule")
         for name, least in (("resamples", 100), ("seed", 0), ("min_samples", 1)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < least:

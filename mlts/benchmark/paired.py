@@ -10,12 +10,13 @@ run the whole model runs partitioned with nnapi-reference, as in a normal run (u
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Iterable, Sequence
 
 from mlts.runtime import MltsError, ResultCode
 from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
 
-from .decision import FAIL, PASS, DecisionRule, fmt_pct, p_text
+from .decision import FAIL, DecisionRule, fmt_pct, p_text
 from .paired_stats import decide_paired
 from .records import BenchmarkRecord
 from .case_info import driver_times
@@ -136,8 +137,6 @@ class _PairedModelRun(ModelRun):
 
     def _pairs(self, infers: list[Inference], tick: Tick) -> Measurement:
         """Warm-up and timed pairs; each timed pair returns (baseline seconds, candidate seconds)."""
-        import time
-
         x, count = self.timing_input, [0]
 
         def pair() -> tuple:
@@ -190,5 +189,3 @@ def paired_exit_code(paired: Sequence[dict]) -> int:
     """1 when a paired case FAILed; 0 otherwise (WARN never fails a run)."""
     return 1 if any(p.get("verdict") == FAIL for p in paired) else 0
 
-
-__all__ = ["ORDER", "PASS", "PairedRunner", "paired_exit_code", "paired_results", "parse_ab"]

@@ -127,8 +127,15 @@ def keep_samples(values_ms: Sequence[float], limit: int = MAX_SAMPLES, *,
                  seed: int = RESERVOIR_SEED) -> tuple[list[float], bool]:
     """(samples, reservoir?): every value in its order, rounded to SAMPLE_DECIMALS, or, when there are
     more than `limit`, a seeded uniform reservoir of `limit` of them, still in their order."""
+    kept, reservoir, _ = _kept(values_ms, limit, seed)
+    return kept, reservoir
+
+
+def _kept(values_ms: Sequence[float], limit: int = MAX_SAMPLES,
+          seed: int = RESERVOIR_SEED) -> tuple[list[float], bool, list[int]]:
+    """keep_samples, with the indices of the kept values."""
     idx = reservoir_indices(len(values_ms), limit, seed)
-    return [round(float(values_ms[i]), SAMPLE_DECIMALS) for i in idx], len(values_ms) > limit
+    return [round(float(values_ms[i]), SAMPLE_DECIMALS) for i in idx], len(values_ms) > limit, idx
 
 
 @dataclass(frozen=True)
@@ -191,14 +198,13 @@ def latency_stats(durations_s: Sequence[float], *, bins: int | None = None, samp
         if not math.isfinite(d) or d < 0:
             raise MltsError(ResultCode.BAD_DATA, f"a run duration must be a finite number >= 0, got {d}")
         ms.append(d * 1000.0)
-    kept, reservoir = keep_samples(ms) if samples else (None, False)
+    kept, reservoir, kept_idx = _kept(ms) if samples else (None, False, [])
     counts = None
     if repetitions is not None and len(repetitions) > 1:
         if sum(repetitions) != len(ms) or any(k < 1 for k in repetitions):
             raise MltsError(ResultCode.BAD_DATA, f"repetitions {list(repetitions)} do not add up to {len(ms)} runs")
         if samples:  # which repetition each kept sample came from
             edges = np.cumsum(repetitions)
-            kept_idx = np.asarray(reservoir_indices(len(ms), MAX_SAMPLES))
             counts = np.bincount(np.searchsorted(edges, kept_idx, side="right"), minlength=len(repetitions))
             counts = [int(k) for k in counts if k > 0]
     ms.sort()
