@@ -237,11 +237,11 @@ def _compare(baseline: str, run_dir: Path, log) -> tuple[int, dict | None]:
     return result.exit_code(), {"verdict": result.verdict, "counts": result.counts()}
 
 
-def _paired_status(records: list[dict]) -> int:
-    """Print the paired A/B table; 1 when a pair FAILed."""
+def _paired_status(records: list[dict], ab: list[str]) -> int:
+    """Print the paired A/B table; 1 when a pair FAILed or was not compared."""
     from .paired import paired_exit_code, paired_results
 
-    table, paired = paired_results(records)
+    table, paired = paired_results(records, ab)
     print(f"\n### mlts benchmark --ab\n\n{table}", file=sys.stderr)
     return paired_exit_code(paired)
 
@@ -342,7 +342,7 @@ def _run_pinned(args: argparse.Namespace, resumed: tuple[Path, dict] | None, thr
         log("no case could run: every selected model lacks its trained weights")
         status = EXIT_FAIL
     if config.ab:
-        status = status or _paired_status(records.benchmark_records())
+        status = status or _paired_status(records.benchmark_records(), config.ab)
     comparison = None
     if args.baseline and not summary.interrupted:
         code, comparison = _compare(args.baseline, run_dir, log)

@@ -171,9 +171,19 @@ class _PairedModelRun(ModelRun):
         m.returns.clear()
 
 
-def paired_results(records: Iterable[dict]) -> tuple[str, list[dict]]:
-    """(markdown table, the `paired` objects) of the records that carry one, for the end of a run."""
-    rows = [(r, r["paired"]) for r in records if isinstance(r.get("paired"), dict)]
+def paired_results(records: Iterable[dict], ab: Sequence[str]) -> tuple[str, list[dict]]:
+    """(markdown table, one verdict object per paired case) of a paired run's records, for its end. A
+    candidate record without `paired` (the pair errored or did not run) is a FAIL: nothing was compared."""
+    base, cand = ab
+    rows = []
+    for r in records:
+        if r.get("driver") != cand:
+            continue
+        p = r.get("paired")
+        if not isinstance(p, dict):
+            p = {"verdict": FAIL, "baseline_driver": base, "candidate_driver": cand, "pairs": 0,
+                 "reason": f"not compared: the case is {r.get('status')}" + (f" ({r['message']})" if r.get("message") else "")}
+        rows.append((r, p))
     lines = ["| Verdict | Model | Baseline → candidate | Mode | Pairs | Ratio [95% CI] | p | Could detect | Why |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r, p in rows:
@@ -186,6 +196,5 @@ def paired_results(records: Iterable[dict]) -> tuple[str, list[dict]]:
 
 
 def paired_exit_code(paired: Sequence[dict]) -> int:
-    """1 when a paired case FAILed; 0 otherwise (WARN never fails a run)."""
-    return 1 if any(p.get("verdict") == FAIL for p in paired) else 0
-
+    """1 when a paired case FAILed or was not compared, or no case was; 0 otherwise (WARN never fails a run)."""
+    return 1 if not paired or any(p.get("verdict") == FAIL for p in paired) else 0

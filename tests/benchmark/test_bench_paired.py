@@ -199,3 +199,15 @@ def test_an_interrupt_in_a_later_pass_writes_no_partial_case_and_resume_times_it
     summary = R.BenchmarkRunner(cfg, tmp_path / "run").run()
     recs = read_results(tmp_path / "run").benchmark_records()
     assert not summary.interrupted and len(recs) == 1 and recs[0]["latency"]["repetition_counts"] == [1, 1, 1]
+
+
+def test_a_pair_that_did_not_run_fails_the_run(tiny_zoo, register, tmp_path, capsys):
+    """A candidate that crashes leaves no paired result: that is a FAIL (nothing was compared), not an
+    empty table and exit status 0."""
+    from mlts.cli import main
+
+    code = main(["benchmark", "--quick", "--models", TINY, "--images", "0", "--no-report",
+                 "--driver", "faulty:crash@execute", "--ab", "faulty-crash-execute", "--out", str(tmp_path / "ab")])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert f"| FAIL | {TINY} | {REF} → faulty-crash-execute | sync | 0 |" in err and "not compared: the case is error" in err
