@@ -11,7 +11,7 @@ Use it without installing anything:
     mlts devices --driver examples/example_driver.py
     mlts devices --driver examples/example_driver.py:create_driver --json
 
-or from Python: `mlts.runtime.plugins.register_drivers(["examples/example_driver.py"])`.
+or from Python: `mlts.runtime.app.manager.register_drivers(["examples/example_driver.py"])`.
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import time
 import numpy as np
 
 from mlts.runtime import DeviceType, FeatureLevel, FuseCode, MltsError, OperandCode, OperandLifetime, OperationCode
-from mlts.runtime import ResultCode
-from mlts.runtime.hal import Capabilities, Driver, ExecutionResult, OutputShape, PreparedModel, Timing
-from mlts.runtime.hal_validation import validate_hal_model, validate_request
+from mlts.runtime import Driver, PreparedModel, ResultCode
+from mlts.runtime.hal import Capabilities, ExecutionResult, OutputShape, Timing
+from mlts.runtime.hal.validation import validate_hal_model, validate_request
 
 F32 = OperandCode.TENSOR_FLOAT32
 SUPPORTED = {OperationCode.ADD, OperationCode.FULLY_CONNECTED, OperationCode.RESHAPE, OperationCode.SOFTMAX}

@@ -31,8 +31,9 @@ import numpy as np
 
 from mlts.runtime import DeviceType, OperandCode, OperationCode, ResultCode
 from mlts.runtime.drivers.kernel_driver import KernelDriver, KernelPreparedModel
-from mlts.runtime.hal import Capabilities, ExecutionCallback, ExecutionResult, OutputShape, Timing
-from mlts.runtime.hal_validation import validate_preparation_arguments
+from mlts.runtime.hal import Capabilities, ExecutionResult, OutputShape, Timing
+from mlts.runtime.drivers.base import ExecutionCallback
+from mlts.runtime.hal.validation import validate_preparation_arguments
 
 NPU_OPERATIONS = (OperationCode.CONV_2D, OperationCode.DEPTHWISE_CONV_2D, OperationCode.ADD,
                   OperationCode.AVERAGE_POOL_2D)

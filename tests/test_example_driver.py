@@ -17,7 +17,7 @@ from mlts.datasets.shapes import ShapesDataset
 from mlts.models import zoo_registry as zoo_module
 from mlts.models.zoo_registry import get_entry, load
 from mlts.runtime import get_device, register_driver, unregister_driver
-from mlts.runtime.plugins import load_drivers
+from mlts.runtime.app.plugins import load_drivers
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "models"))
 from model_weights import stable_weights  # noqa: E402

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from ..fileio import atomic_write
 from .conditions import load_average
-from .records import ENVIRONMENT_FILE, to_jsonable, utc_now
+from .record_schema import to_jsonable, utc_now
+from .records import ENVIRONMENT_FILE
 from .threads import thread_counts, threadpools
 
 ENVIRONMENT_SCHEMA_VERSION = 1

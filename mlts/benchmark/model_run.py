@@ -1,37 +1,36 @@
 """The cases of one model in a benchmark run: loaded once, its nnapi-reference outputs computed once, each
 case checked for support, compiled, timed (in slices with --repeat) and scored, and its record written.
-`BenchmarkRunner` (runner.py) drives one ModelRun per model and the later passes over pending cases."""
+`BenchmarkRunner` (runner.py) drives one ModelRun per model and the later passes over pending cases; a
+ModelRun sees its runner only as a `RunHost`."""
 from __future__ import annotations
 
 import hashlib
-import os
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-from mlts.runtime import Compilation, Execution
-from mlts.runtime.compilation_cache import cache_files_needed, cache_size_bytes
+from mlts.runtime import Compilation, Execution, Preference
+from mlts.runtime.app.compilation_cache import cache_files_needed, cache_size_bytes
 from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
 
 from .accuracy import AccuracyAccumulator
 from .case_info import driver_times, partition_info
 from .conditions import CaseWindow, busy_note
-from .inference import HELDOUT_SPLIT, TIMING_IMAGE_INDEX, Inference, digest, file_digest, model_inputs, stage
-from .progress import Progress, RssSampler
-from .records import BenchmarkRecord, ResultsWriter
+from .inference import (HELDOUT_SPLIT, TIMING_IMAGE_INDEX, HeldOutImages, Inference, digest, file_digest, model_inputs,
+                        stage)
+from .progress import Progress, RssSampler, RunSummary
+from .record_schema import BenchmarkRecord
+from .reference_cache import load_reference, reference_path, save_reference
+from .results_writer import ResultsWriter
+from .run_config import BenchmarkConfig
 from .stage_timeout import (CaseError as _CaseError, StageTimeout, Tick, error_text as _error_text,
                             inference_waiting_on, runs_waiting_on)
 from .stats import Measurement, RunLengthRules, measure
-from .threads import PinnedWatchdog
-
-if TYPE_CHECKING:
-    from .runner import BenchmarkRunner, RunSummary
-
-REFERENCE_DIR = "reference"
+from .threads import PinnedWatchdog, ThreadPinning
 
 
 @dataclass(eq=False)
@@ -48,10 +47,24 @@ class PendingCase:
     stuck: bool = False
 
 
+class RunHost(Protocol):
+    """What the cases of a model use of the run that drives them (runner.BenchmarkRunner)."""
+
+    config: BenchmarkConfig
+    run_dir: Path
+    images: HeldOutImages
+    preference: Preference
+    #: status of each case an earlier run of this directory wrote, by case key
+    previous_status: dict[tuple, str | None]
+    pinning: ThreadPinning | None
+    #: cases whose later slices (--repeat) are still to come; a ModelRun appends its own
+    pending: list[PendingCase]
+
+
 class ModelRun:
     """The cases of one model: loaded once, its reference outputs computed once."""
 
-    def __init__(self, runner: BenchmarkRunner, name: str, writer: ResultsWriter, progress: Progress,
+    def __init__(self, runner: RunHost, name: str, writer: ResultsWriter, progress: Progress,
                  sampler: RssSampler, summary: RunSummary) -> None:
         self.runner = runner
         self.cfg = runner.config
@@ -181,26 +194,17 @@ class ModelRun:
             self.seeds["calibration"] = {"split": "calibration", "images": zoo_module.CALIBRATION_IMAGES}
 
     # -- reference outputs --
-    def _reference_path(self) -> Path:
-        return self.runner.run_dir / REFERENCE_DIR / f"{self.name}.npz"
-
     def reference_outputs(self) -> np.ndarray | None:
         """nnapi-reference's outputs on the accuracy images: computed once, kept in the run directory.
         A failure leaves accuracy scored against the labels only; a timeout (StageTimeout) also fails
         the case that was waiting for them, and later cases of the model do not wait again."""
         if self._reference is not None or self._reference_error is not None or not self.inputs:
             return self._reference
-        digest = self.seeds.get("accuracy_inputs_sha256")
-        path = self._reference_path()
-        if path.is_file():
-            try:
-                with np.load(path) as data:
-                    if (str(data["inputs_sha256"]) == digest
-                            and str(data["onnx_sha256"]) == str(self.model_info.get("onnx_sha256"))):
-                        self._reference = data["outputs"]
-                        return self._reference
-            except (OSError, KeyError, ValueError):
-                pass  # unreadable (a killed run): compute again
+        digests = self.seeds.get("accuracy_inputs_sha256"), str(self.model_info.get("onnx_sha256"))
+        path = reference_path(self.runner.run_dir, self.name)
+        self._reference = load_reference(path, *digests)
+        if self._reference is not None:
+            return self._reference
         from mlts.runtime import get_device
 
         def compute(tick: Tick) -> np.ndarray:
@@ -227,27 +231,12 @@ class ModelRun:
             self._reference_error = f"reference outputs: {_error_text(e.cause)}"
             self.progress.log(f"{self.name}: {self._reference_error}; accuracy is scored against labels only")
             return None
-        self._save_reference(path, digest)
-        return self._reference
-
-    def _save_reference(self, path: Path, digest: str | None) -> None:
-        """Keep the reference outputs for a resumed run; best effort (they are also in memory)."""
-        tmp = None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, outputs=self._reference, inputs_sha256=np.array(digest),
-                         onnx_sha256=np.array(str(self.model_info.get("onnx_sha256"))))
-            os.replace(tmp, path)
+        try:  # for a resumed run; best effort (they are also in memory)
+            save_reference(path, self._reference, *digests)
         except OSError as e:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
             self.progress.log(f"{self.name}: cannot keep the reference outputs in {path} "
                               f"({e.strerror or e}); a resumed run computes them again")
+        return self._reference
 
     # -- one case --
     def _run_case(self, driver: str, mode: str) -> None:

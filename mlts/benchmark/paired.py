@@ -18,7 +18,7 @@ from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
 
 from .decision import FAIL, DecisionRule, fmt_pct, p_text
 from .paired_stats import decide_paired
-from .records import BenchmarkRecord
+from .record_schema import BenchmarkRecord
 from .case_info import driver_times
 from .inference import Inference, stage
 from .model_run import ModelRun

@@ -1,12 +1,17 @@
-"""What a benchmark run tells as it goes: progress lines on stderr (case n of N, elapsed, ETA) and the
-peak resident memory of the process tree, sampled off the timed path."""
+"""What a benchmark run tells: progress lines on stderr as it goes (case n of N, elapsed, ETA), the peak
+resident memory of the process tree, sampled off the timed path, and the run's summary (in run.json)."""
 from __future__ import annotations
 
 import math
 import sys
 import threading
 import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TextIO
+
+from ..process_tree import ProcessTree
+from .record_schema import to_jsonable
 
 #: How often the memory sampler looks at the process tree's resident set.
 RSS_SAMPLE_INTERVAL_S = 0.05
@@ -25,32 +30,15 @@ class RssSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._children: list = []
-        self._children_at = -math.inf
         try:
-            import psutil
-
-            self._proc = psutil.Process()
-        except Exception:  # psutil missing or the process unreadable: no memory figures
-            self._proc = None
+            self._tree: ProcessTree | None = ProcessTree(refresh_s=CHILDREN_REFRESH_S)
+        except Exception:  # the process unreadable: no memory figures
+            self._tree = None
 
     def sample(self) -> int:
-        if self._proc is None:
+        if self._tree is None:
             return 0
-        total = 0
-        now = time.monotonic()
-        try:
-            if now - self._children_at >= CHILDREN_REFRESH_S:  # listing children scans /proc: not every tick
-                self._children = self._proc.children(recursive=True)
-                self._children_at = now
-            total = self._proc.memory_info().rss
-        except Exception:
-            return 0
-        for child in self._children:
-            try:
-                total += child.memory_info().rss
-            except Exception:  # a child that just exited
-                pass
+        total = self._tree.rss()
         with self._lock:
             self.peak = max(self.peak, total)
             self._case_peak = max(self._case_peak, total)
@@ -61,7 +49,7 @@ class RssSampler:
             self.sample()
 
     def start(self) -> "RssSampler":
-        if self._proc is not None and self._thread is None:
+        if self._tree is not None and self._thread is None:
             self.sample()
             self._thread = threading.Thread(target=self._loop, name="mlts-rss-sampler", daemon=True)
             self._thread.start()
@@ -69,7 +57,7 @@ class RssSampler:
 
     def case_peak(self) -> int | None:
         """The peak since the last call (one more sample first, so short cases have one)."""
-        if self._proc is None:
+        if self._tree is None:
             return None
         self.sample()
         with self._lock:
@@ -113,3 +101,24 @@ class Progress:
         eta_text = _clock(eta) if math.isfinite(eta) else "?"
         self.log(f"[{self.done:>{width}}/{self.total}] {label}: {outcome}  "
                  f"({_clock(elapsed)} elapsed, ETA {eta_text})")
+
+
+@dataclass
+class RunSummary:
+    """What a run did: cases and records, their outcomes, skipped models, time, peak memory, notes."""
+
+    run_dir: Path
+    cases: int = 0
+    records_written: int = 0
+    resumed_records: int = 0
+    counts: dict = field(default_factory=lambda: {"ok": 0, "unsupported": 0, "error": 0})
+    skipped_models: dict = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    peak_rss_bytes: int | None = None
+    notes: list[str] = field(default_factory=list)
+    interrupted: bool = False
+    #: "SIGINT" (Ctrl-C) or "SIGTERM" when interrupted
+    interrupted_by: str | None = None
+
+    def to_dict(self) -> dict:
+        return to_jsonable(asdict(self))

@@ -1,53 +1,30 @@
-"""The results record schema and the run directory's results files.
+"""A run directory's results files: reading (and merging) results.jsonl files, and the CSV export.
 
-A run directory holds `results.jsonl`: one JSON object per line, one line per finished case, each
-appended with a single write and fsynced, so a killed run keeps every finished record and at worst
-a truncated last line (which readers report and skip, and which a resumed run cuts off). The schema
-is documented in the README ("Results records"); bump SCHEMA_VERSION on incompatible changes.
-
-Records of other kinds (e.g. "stress") pass through the readers untouched; only "benchmark"
-records are validated here.
+A run directory holds `results.jsonl` (one JSON record per line, one line per finished case; written by
+results_writer.ResultsWriter, the record schema in record_schema), the machine's `environment.json`
+and, on request, `results.csv`. A truncated last line (a killed run) is reported and skipped.
 """
 from __future__ import annotations
 
 import datetime as _dt
-import enum
 import json
-import math
 import os
-import secrets
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from mlts.runtime import MltsError, ResultCode
 
-from ..fileio import atomic_write, make_dir, write_error
+from ..fileio import atomic_write, make_dir
+from .record_schema import BENCHMARK, CaseKey, case_key, to_jsonable, validate_record
 
-SCHEMA_VERSION = 1
-BENCHMARK = "benchmark"
-STRESS = "stress"
-MODES = ("sync", "burst", "async")
-STATUSES = ("ok", "unsupported", "error")
 RESULTS_FILE = "results.jsonl"
 ENVIRONMENT_FILE = "environment.json"
 CSV_FILE = "results.csv"
 
-CaseKey = tuple[str, str, str, str]
-
 
 def _bad(message: str) -> MltsError:
     return MltsError(ResultCode.BAD_DATA, message)
-
-
-def utc_now() -> str:
-    """ISO 8601 UTC with seconds, the timestamp format of every record."""
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def new_run_id() -> str:
-    """Unique across machines too (a timestamp alone is not), and still sorts by time."""
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
 def new_run_dir(base: str | os.PathLike = "reports") -> Path:
@@ -62,163 +39,6 @@ def new_run_dir(base: str | os.PathLike = "reports") -> Path:
             continue
     raise MltsError(ResultCode.BAD_STATE, f"cannot create a new run directory under {base}")
 
-
-def to_jsonable(obj: Any) -> Any:
-    """Plain JSON values: numpy scalars and arrays unwrapped, enums by name, NaN/inf as null (JSON has neither)."""
-    if obj is None or isinstance(obj, (bool, str)):
-        return obj
-    if isinstance(obj, enum.Enum):
-        return obj.name
-    if isinstance(obj, int):
-        return int(obj)
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k.name if isinstance(k, enum.Enum) else k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, os.PathLike):
-        return os.fspath(obj)
-    to_dict = getattr(obj, "to_dict", None)
-    if callable(to_dict):
-        return to_jsonable(to_dict())
-    tolist = getattr(obj, "tolist", None)  # numpy scalars and arrays, without importing numpy
-    if callable(tolist):
-        return to_jsonable(tolist())
-    return str(obj)
-
-
-@dataclass
-class BenchmarkRecord:
-    """One model x driver x mode (x preference) case of a benchmark run. See the README for each field."""
-
-    model: str
-    driver: str
-    mode: str = "sync"
-    preference: str = "FAST_SINGLE_ANSWER"
-    status: str = "ok"
-    message: str | None = None
-    unsupported_ops: list[str] = field(default_factory=list)
-    devices: list[str] = field(default_factory=list)
-    run_id: str | None = None
-    timestamp: str | None = None
-    model_info: dict = field(default_factory=dict)
-    compilation_ms: dict = field(default_factory=lambda: {"without_cache": None, "save_to_cache": None,
-                                                          "with_cache": None})
-    compilation_cache: dict | None = None
-    first_inference_ms: float | None = None
-    latency: Any = None
-    driver_time: dict | None = None
-    accuracy: dict | None = None
-    partition: dict | None = None
-    peak_rss_bytes: int | None = None
-    run_length: dict | None = None
-    seeds: dict = field(default_factory=dict)
-    config: dict = field(default_factory=dict)
-    extra: dict = field(default_factory=dict)
-    schema_version: int = SCHEMA_VERSION
-    kind: str = BENCHMARK
-
-    def to_dict(self) -> dict:
-        """The JSON record: fields in a stable order, then `extra` (fields this version does not know)."""
-        d = {"schema_version": self.schema_version, "kind": self.kind}
-        for f in fields(self):
-            if f.name not in ("schema_version", "kind", "extra"):
-                d[f.name] = getattr(self, f.name)
-        for k, v in self.extra.items():
-            d.setdefault(k, v)
-        return to_jsonable(d)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "BenchmarkRecord":
-        """Validate and load; unknown fields are kept in `extra` so a round trip loses nothing."""
-        validate_record(d)
-        known = {f.name for f in fields(cls)} - {"extra"}
-        values = {k: v for k, v in d.items() if k in known}
-        extra = {k: v for k, v in d.items() if k not in known}
-        return cls(**values, extra=extra)
-
-    @property
-    def key(self) -> CaseKey:
-        return (self.model, self.driver, self.mode, self.preference)
-
-
-def case_key(record: dict) -> CaseKey:
-    """What identifies a benchmark case across runs: (model, driver, mode, preference)."""
-    return (str(record.get("model")), str(record.get("driver")), str(record.get("mode", "sync")),
-            str(record.get("preference", "FAST_SINGLE_ANSWER")))
-
-
-def stress_key(record: dict) -> tuple[str, str, str]:
-    """What identifies a stress case across runs: ("stress", driver, test)."""
-    return (STRESS, str(record.get("driver")), str(record.get("test")))
-
-
-def _done_key(record: dict, retry_errors: bool) -> tuple | None:
-    """The key a finished record marks as done (None: not done, it will run again)."""
-    if record.get("kind") == BENCHMARK:
-        return None if retry_errors and record.get("status") == "error" else case_key(record)
-    if record.get("kind") == STRESS:
-        return None if retry_errors and record.get("outcome") != "SUCCESS" else stress_key(record)
-    return None
-
-
-def _check_number(d: dict, name: str, *, allow_none: bool = True) -> None:
-    v = d.get(name)
-    if v is None and allow_none:
-        return
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise _bad(f"field {name!r} must be a number{' or null' if allow_none else ''}, got {v!r}")
-
-
-def validate_record(d: Any) -> None:
-    """Reject what a reader cannot trust (wrong types, unknown enums, a newer schema); name the field.
-
-    Only "benchmark" records are checked beyond being JSON objects with a `kind`.
-    """
-    if not isinstance(d, dict):
-        raise _bad(f"a record must be a JSON object, got {type(d).__name__}")
-    kind = d.get("kind")
-    if not isinstance(kind, str) or not kind:
-        raise _bad("field 'kind' is missing (every record names its kind, e.g. \"benchmark\")")
-    if kind != BENCHMARK:
-        return
-    version = d.get("schema_version")
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise _bad(f"field 'schema_version' must be an integer, got {version!r}")
-    if version > SCHEMA_VERSION:
-        raise _bad(f"schema_version {version} is newer than this mlts understands ({SCHEMA_VERSION}); upgrade mlts")
-    if version < 1:
-        raise _bad(f"field 'schema_version' must be >= 1, got {version}")
-    for name in ("model", "driver"):
-        if not isinstance(d.get(name), str) or not d.get(name):
-            raise _bad(f"field {name!r} must be a non-empty string, got {d.get(name)!r}")
-    if d.get("mode", "sync") not in MODES:
-        raise _bad(f"field 'mode' must be one of {', '.join(MODES)}, got {d.get('mode')!r}")
-    if not isinstance(d.get("preference", ""), str):
-        raise _bad(f"field 'preference' must be a string, got {d.get('preference')!r}")
-    status = d.get("status", "ok")
-    if status not in STATUSES:
-        raise _bad(f"field 'status' must be one of {', '.join(STATUSES)}, got {status!r}")
-    if not isinstance(d.get("unsupported_ops", []), list):
-        raise _bad("field 'unsupported_ops' must be a list of operation names")
-    for name in ("first_inference_ms", "peak_rss_bytes"):
-        _check_number(d, name)
-    for name in ("latency", "accuracy", "driver_time", "partition", "run_length", "compilation_ms",
-                 "compilation_cache", "model_info", "seeds", "config"):
-        if d.get(name) is not None and not isinstance(d.get(name), dict):
-            raise _bad(f"field {name!r} must be an object or null, got {type(d.get(name)).__name__}")
-    latency = d.get("latency")
-    if latency is not None:
-        for name in ("count", "min_ms", "mean_ms", "std_ms", "p50_ms", "p90_ms", "max_ms"):
-            if name not in latency:
-                raise _bad(f"field 'latency.{name}' is missing")
-            _check_number(latency, name, allow_none=False)
-    if status == "ok" and latency is None:
-        raise _bad("field 'latency' is required when status is \"ok\"")
-
-
-# --- reading ---------------------------------------------------------------------------------
 
 @dataclass
 class Source:
@@ -314,7 +134,7 @@ def _load_line(raw: bytes) -> Any:
     return value
 
 
-def _parse_lines(data: bytes, path: Path, problems: list[str] | None = None) -> tuple[list[dict], int, bool]:
+def parse_records(data: bytes, path: Path, problems: list[str] | None = None) -> tuple[list[dict], int, bool]:
     """(records, bytes of complete lines, truncated last line?) of a results file's contents.
 
     Pathological lines (nested too deep, absurd numbers) are skipped, each noted in `problems`.
@@ -389,7 +209,7 @@ def read_results(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> Resu
             data = f.read_bytes()
         except OSError as e:
             raise _bad(f"{f}: cannot read ({e.strerror or e})") from None
-        records, _, truncated = _parse_lines(data, f, out.problems)
+        records, _, truncated = parse_records(data, f, out.problems)
         src = Source(path=f, run_dir=run_dir, environment=_read_environment(run_dir, out.problems),
                      records=len(records), truncated=truncated)
         if truncated:
@@ -399,148 +219,6 @@ def read_results(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> Resu
         out.records.extend(records)
         out.origins.extend([src] * len(records))
     return out
-
-
-# --- writing ---------------------------------------------------------------------------------
-
-class ResultsWriter:
-    """Appends records to `<run_dir>/results.jsonl`, one fsynced line each; resumes an existing run.
-
-    On resume the records already there tell which cases are done (`is_done`), so a rerun skips
-    them; with `retry_errors` a case that ended in "error" is not done and is run again (readers
-    take the later record). A truncated last line left by a killed run is cut off first (and noted
-    in `notes`). An exclusive lock keeps two mlts processes from writing one run directory. A write
-    that fails (a full or read-only disk) raises fileio.WriteError naming the file, with the file cut
-    back to its previous length.
-    """
-
-    def __init__(self, run_dir: str | os.PathLike, *, run_id: str | None = None, retry_errors: bool = False):
-        self.run_dir = Path(run_dir)
-        self.path = self.run_dir / RESULTS_FILE
-        self.retry_errors = retry_errors
-        self.notes: list[str] = []
-        self.done: set[CaseKey] = set()
-        self.existing = 0
-        make_dir(self.run_dir)
-        try:
-            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise write_error(self.path, e) from None
-        try:
-            self._lock()
-            previous_run_id = self._resume()
-        except BaseException:
-            self.close()
-            raise
-        self.run_id = run_id or previous_run_id or new_run_id()
-
-    def _lock(self) -> None:
-        try:
-            import fcntl
-        except ImportError:  # not POSIX: no lock, the rest works
-            return
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise MltsError(ResultCode.BAD_STATE,
-                            f"{self.path}: another mlts process is writing this run directory") from None
-
-    def _resume(self) -> str | None:
-        size = os.fstat(self._fd).st_size
-        if size == 0:
-            return None
-        os.lseek(self._fd, 0, os.SEEK_SET)
-        chunks = []
-        while True:
-            chunk = os.read(self._fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        data = b"".join(chunks)
-        records, good_len, truncated = _parse_lines(data, self.path)
-        try:
-            if truncated:
-                os.ftruncate(self._fd, good_len)
-                os.fsync(self._fd)
-                self.notes.append(f"{self.path}: removed a truncated last line ({len(data) - good_len} bytes) "
-                                  "left by an interrupted run; that case will run again")
-            elif not data.endswith(b"\n"):
-                self._append(b"\n")  # a complete last record without its newline
-        except OSError as e:
-            raise write_error(self.path, e) from None
-        self.existing = len(records)
-        run_id = None
-        for r in records:
-            if r.get("kind") not in (BENCHMARK, STRESS):
-                continue
-            run_id = r.get("run_id") or run_id
-            key = _done_key(r, self.retry_errors)
-            if key is not None:
-                self.done.add(key)
-        if records:
-            self.notes.append(f"{self.path}: resuming after {len(records)} record(s) "
-                              f"({len(self.done)} case(s) done)")
-        return run_id
-
-    def is_done(self, key: CaseKey | BenchmarkRecord | dict) -> bool:
-        """Was this case finished by an earlier (interrupted) run of this directory? Stress cases are
-        keyed ("stress", driver, test), given as such a tuple or as a stress record dict."""
-        if isinstance(key, BenchmarkRecord):
-            key = key.key
-        elif isinstance(key, dict):
-            key = stress_key(key) if key.get("kind") == STRESS else case_key(key)
-        return tuple(key) in self.done
-
-    def write(self, record: BenchmarkRecord | dict) -> dict:
-        """Append one finished case; returns the record as written (run_id and timestamp filled in)."""
-        if self._fd is None:
-            raise MltsError(ResultCode.BAD_STATE, f"{self.path}: writer is closed")
-        d = record.to_dict() if isinstance(record, BenchmarkRecord) else to_jsonable(dict(record))
-        if d.get("kind") == BENCHMARK:
-            d.setdefault("schema_version", SCHEMA_VERSION)
-        if not d.get("run_id"):
-            d["run_id"] = self.run_id
-        if not d.get("timestamp"):
-            d["timestamp"] = utc_now()
-        validate_record(d)
-        line = (json.dumps(d, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
-        try:
-            self._append(line)
-        except OSError as e:  # a full or failing disk: the file is back as it was, the caller is told why
-            raise write_error(self.path, e) from None
-        key = _done_key(d, self.retry_errors)
-        if key is not None:
-            self.done.add(key)
-        return d
-
-    def _append(self, data: bytes) -> None:
-        """Append `data` whole and fsync it, or leave the file at its previous length: a write that fails
-        half way (a full disk, an interrupt) is cut off, so no reader ever sees half a record."""
-        assert self._fd is not None
-        before = os.fstat(self._fd).st_size
-        view = memoryview(data)
-        try:
-            while view:  # one write(2) in practice; the loop only guards against a short write
-                n = os.write(self._fd, view)
-                view = view[n:]
-            os.fsync(self._fd)
-        except BaseException:
-            try:
-                os.ftruncate(self._fd, before)
-            except OSError:  # cannot even truncate: a reader reports the partial line, a resume cuts it off
-                pass
-            raise
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # also releases the lock
-            self._fd = None
-
-    def __enter__(self) -> "ResultsWriter":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 # --- CSV ---------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 frequency, other processes' CPU share), the repetitions of its latency (`latency.repetition_counts`)
 and paired A/B decisions (`paired`).
 
-Kept apart from context.py so that module stays about differences from the reference. Records from
+Kept apart from rows.py so that module stays about differences from the reference; the report's
+conditions section (sections/conditions.py) shows what these readers return. Records from
 older versions lack these fields and hand-edited ones may hold anything: every reader here returns
 text ("–", "not recorded") rather than raising.
 """
@@ -14,7 +15,7 @@ from typing import Any, Iterable, Sequence
 from mlts.benchmark.conditions import BUSY_SHARE
 from mlts.benchmark.decision import fmt_pct, p_text
 
-from . import svg
+from .formatting import number
 
 NOT_RECORDED = "not recorded"
 DASH = "–"
@@ -23,19 +24,15 @@ VERDICTS = ("PASS", "WARN", "FAIL")  # styled like compare's verdicts (.v-PASS e
 POOLS = ("blas", "openmp", "numba")
 
 
-def _num(v: Any) -> float | None:
-    return svg.finite_number(v)
-
-
 def _count(v: Any) -> int | None:
     """A non-negative whole count (bools and fractions are not)."""
-    n = _num(v)
+    n = number(v)
     return int(n) if n is not None and n >= 0 and n == int(n) and n < 1e15 else None
 
 
 def _load_text(v: Any) -> tuple[str, str, float | None]:
     """(1-minute load, "1/5/15 min: a, b, c" for a title, the 1-minute value) of a load triple."""
-    vals = [_num(x) for x in v] if isinstance(v, list) else []
+    vals = [number(x) for x in v] if isinstance(v, list) else []
     if not vals or vals[0] is None:
         return DASH, "", None
     return f"{vals[0]:.2f}", "1/5/15 min: " + ", ".join(DASH if x is None else f"{x:.2f}" for x in vals[:3]), vals[0]
@@ -97,12 +94,12 @@ def case_conditions(value: Any) -> CaseConditions:
     c.load_after, title_a, la = _load_text(value.get("load_after"))
     c.load_title = "; ".join(t for t in (title_b and "before " + title_b, title_a and "after " + title_a) if t)
     c.load_1m = [x for x in (lb, la) if x is not None]
-    f = _num(value.get("cpu_freq_mhz"))
+    f = number(value.get("cpu_freq_mhz"))
     c.freq_mhz = f if f is not None and f > 0 else None
     c.freq = DASH if c.freq_mhz is None else f"{c.freq_mhz:.0f}"
-    s = _num(value.get("other_cpu_share"))
+    s = number(value.get("other_cpu_share"))
     c.share = s if s is not None and 0 <= s <= 1 else None
-    w = _num(value.get("window_s"))
+    w = number(value.get("window_s"))
     c.window = DASH if w is None or w < 0 else f"{w:.2f}" if w < 1e6 else f"{w:.3g}"
     return c
 
@@ -144,7 +141,7 @@ def _plural(n: int, word: str) -> str:
 
 
 def conditions_summary(rows: Sequence[Any]) -> list[tuple[str, str, bool]]:
-    """(label, text, warn) lines about the conditions over every case (rows: context.Row-like, with
+    """(label, text, warn) lines about the conditions over every case (rows: rows.Row-like, with
     `.conditions`, `.model`, `.lane`); warn marks a busy machine or thread pools that differ."""
     conds = [(r, r.conditions) for r in rows if getattr(r, "conditions", None) is not None]
     recorded = [(r, c) for r, c in conds if c.recorded]
@@ -247,18 +244,18 @@ def paired_row(record: dict, lane: str) -> PairedRow:
     row.pairs = DASH if pairs is None else str(pairs)
     if pairs is None:
         bad("pairs")
-    ratio, lo, hi = (_num(p.get(k)) for k in ("ratio", "ratio_low", "ratio_high"))
+    ratio, lo, hi = (number(p.get(k)) for k in ("ratio", "ratio_low", "ratio_high"))
     for name, v in (("ratio", ratio), ("ratio_low", lo), ("ratio_high", hi)):
         if v is None:
             bad(name)
     if ratio is not None:
         row.ratio = f"{ratio:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "")
-    pv = _num(p.get("p_value"))
+    pv = number(p.get("p_value"))
     if pv is not None and 0 <= pv <= 1:
         row.p = p_text(pv)
     else:
         bad("p_value")
-    mdc = _num(p.get("min_detectable_pct"))
+    mdc = number(p.get("min_detectable_pct"))
     if mdc is not None and mdc >= 0:
         row.detect = f"could detect >= {fmt_pct(mdc)}"
     else:
@@ -271,7 +268,7 @@ def paired_row(record: dict, lane: str) -> PairedRow:
     row.reason = _text(p.get("reason")) or ""
     if p.get("reason") is not None and not row.reason:
         bad("reason")
-    conf, threshold = _num(p.get("confidence")), _num(p.get("threshold_pct"))
+    conf, threshold = number(p.get("confidence")), number(p.get("threshold_pct"))
     row.design = ", ".join(part for part in (
         _text(p.get("order")) or "", (_text(p.get("test")) or "") and f"{p['test']} test",
         f"{100 * conf:.0f}% interval" if conf is not None and 0 < conf < 1 else "",
@@ -282,14 +279,5 @@ def paired_row(record: dict, lane: str) -> PairedRow:
 
 
 def paired_rows(rows: Iterable[Any]) -> list[PairedRow]:
-    """A row per case whose record has a `paired` object (rows: context.Row-like, `.record`, `.lane`)."""
+    """A row per case whose record has a `paired` object (rows: rows.Row-like, `.record`, `.lane`)."""
     return [paired_row(r.record, r.lane) for r in rows if r.record.get("paired") is not None]
-
-
-def section_context(rows: Sequence[Any]) -> dict:
-    """The template variables of the conditions and paired A/B parts, for the report's rows in order."""
-    return {"conditions_rows": [r for r in rows if getattr(r, "conditions", None) is not None],
-            "conditions_summary": conditions_summary(rows),
-            "any_conditions": any(r.conditions is not None and not r.conditions.absent for r in rows),
-            "paired": paired_rows(rows),
-            "busy_share_pct": f"{BUSY_SHARE:.0%}"}

@@ -12,14 +12,18 @@ from typing import Sequence, Union
 
 import jinja2
 
-from mlts.benchmark.compare import Thresholds, compare
+from mlts.benchmark.compare import compare
+from mlts.benchmark.thresholds import Thresholds
 from mlts.fileio import atomic_write, make_dir, write_error
-from mlts.benchmark.records import Results, read_results, utc_now
+from mlts.benchmark.record_schema import utc_now
+from mlts.benchmark.records import Results, read_results
 from mlts.runtime import MltsError, ResultCode
 from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
 
-from . import context as ctx
-from . import svg
+from .baseline_view import BaselineView, baseline_view
+from .context import build_context
+from .formatting import fmt_fraction, fmt_pct, fmt_points, fmt_signed_ms
+from .svg import fmt_ms
 
 PathsOrResults = Union[Results, str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 TEMPLATE = "report.html.j2"
@@ -29,8 +33,7 @@ INDEX_FILE = "index.html"
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("mlts.report", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(ms=svg.fmt_ms, signed_ms=ctx.fmt_signed_ms, pct=ctx.fmt_pct, fraction=ctx.fmt_fraction,
-                       points=ctx.fmt_points)
+    env.filters.update(ms=fmt_ms, signed_ms=fmt_signed_ms, pct=fmt_pct, fraction=fmt_fraction, points=fmt_points)
     return env
 
 
@@ -55,7 +58,7 @@ def render_html(results: PathsOrResults, *, baseline: PathsOrResults | None = No
                 reference: str = REFERENCE_DEVICE_NAME, thresholds: Thresholds | None = None) -> str:
     """The report's HTML text (`render_report` writes it); raises MltsError(BAD_DATA) on unusable input."""
     current = as_results(results)
-    baseline_view = None
+    view = None
     if baseline is not None:
         base = as_results(baseline)
         where = ", ".join(_describe(baseline)) or "baseline"
@@ -64,13 +67,12 @@ def render_html(results: PathsOrResults, *, baseline: PathsOrResults | None = No
         if current.benchmark_records():
             comparison = compare(base.records, current.records, thresholds)
             comparison.notes[:0] = base.problems
-            baseline_view = ctx.baseline_view(comparison, _describe(baseline))
+            view = baseline_view(comparison, _describe(baseline))
         else:
-            baseline_view = ctx.BaselineView(verdict="–", counts={}, thresholds="", rows=[],
-                                             notes=["the current results have no benchmark records to compare"],
-                                             sources=_describe(baseline))
-    context = ctx.build_context(current, baseline=baseline_view, title=title, reference=reference,
-                                generated_at=utc_now())
+            view = BaselineView(verdict="–", counts={}, thresholds="", rows=[],
+                                notes=["the current results have no benchmark records to compare"],
+                                sources=_describe(baseline))
+    context = build_context(current, baseline=view, title=title, reference=reference, generated_at=utc_now())
     return _environment().get_template(TEMPLATE).render(**context)
 
 

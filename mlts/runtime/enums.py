@@ -225,3 +225,6 @@ NO_TIMING = 2**64 - 1
 # Loop timeout defaults (ANeuralNetworks_getDefaultLoopTimeout / getMaximumLoopTimeout), in ns.
 DEFAULT_LOOP_TIMEOUT_NS = 2_000_000_000
 MAXIMUM_LOOP_TIMEOUT_NS = 15_000_000_000
+
+CACHE_TOKEN_BYTES = 32  # ANEURALNETWORKS_BYTE_SIZE_OF_CACHE_TOKEN
+MAX_NUMBER_OF_CACHE_FILES = 32  # NNAPI's limit on each kind of cache file

@@ -32,3 +32,14 @@ def bad_state(message: str) -> MltsError:
 
 def op_failed(message: str) -> MltsError:
     return MltsError(ResultCode.OP_FAILED, message)
+
+
+def error_from_exception(exc: BaseException, where: str) -> MltsError:
+    """The MltsError a failure inside a kernel, a driver or a service stands for, the same at every driver
+    boundary: an MltsError as it is, MemoryError as OUT_OF_MEMORY, anything else (a driver's bug) as
+    OP_FAILED naming the exception. `where` names the call that failed."""
+    if isinstance(exc, MltsError):
+        return exc
+    if isinstance(exc, MemoryError):
+        return MltsError(ResultCode.OUT_OF_MEMORY, f"{where}: out of memory")
+    return MltsError(ResultCode.OP_FAILED, f"{where}: {type(exc).__name__}: {exc}")

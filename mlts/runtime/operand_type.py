@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -253,3 +254,36 @@ def as_operand_array(value: object, t: OperandType, what: str) -> np.ndarray:
     if dst == "f" and np.any(np.isfinite(arr) & ~np.isfinite(out)):
         raise bad_data(f"{what}: value out of range for {t.code.name} ({t.dtype})")
     return out
+
+
+def combine_dimensions(a: Sequence[int] | None, b: Sequence[int] | None) -> tuple[int, ...] | None:
+    """The most specific dimensions agreeing with both (0 = unknown; None = unknown rank, only when both
+    are); None also when they conflict, so callers with a possibly-None input check that first."""
+    if a is None:
+        return None if b is None else tuple(b)
+    if b is None:
+        return tuple(a)
+    if len(a) != len(b):
+        return None
+    out = []
+    for x, y in zip(a, b):
+        if x and y and x != y:
+            return None
+        out.append(x or y)
+    return tuple(out)
+
+
+def same_operand_kind(a: OperandType, b: OperandType) -> bool:
+    """Same data type and quantization: what all roles of one memory must share (dimensions aside)."""
+    return (a.code, a.scale, a.zero_point, a.channel_quant) == (b.code, b.scale, b.zero_point, b.channel_quant)
+
+
+def check_dimensions(dimensions: Any, what: str) -> tuple[int, ...]:
+    """A sequence of non-negative ints (0 = unknown) as a tuple; BAD_DATA naming `what` otherwise."""
+    try:
+        dims = tuple(dimensions)
+    except TypeError:
+        raise bad_data(f"{what}: dimensions must be a sequence of ints, got {dimensions!r}") from None
+    if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 for d in dims):
+        raise bad_data(f"{what}: dimensions must be non-negative ints, got {list(dims)}")
+    return tuple(int(d) for d in dims)

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from .enums import Priority, ResultCode
+from .enums import ResultCode
 from .errors import MltsError, bad_data
 
 DEFAULT_MAX_QUEUED = 1024  # executions held off at once before a device reports itself busy
@@ -193,15 +193,6 @@ def configure(device_or_driver: Any, *, max_concurrent: int | None = None,
     return old
 
 
-def check_priority(priority: Any, call: str) -> Priority:
-    """A valid Priority (LOW=90, MEDIUM=100, HIGH=110) or BAD_DATA naming the call."""
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise bad_data(f"{call}: priority must be a Priority (LOW=90, MEDIUM=100, HIGH=110), got {priority!r}")
-    try:
-        return Priority(priority)
-    except ValueError:
-        raise bad_data(f"{call}: invalid priority {priority!r} (LOW=90, MEDIUM=100, HIGH=110)") from None
-
 
 # -- checkpoints for in-process drivers ------------------------------------------------------------------
 _local = threading.local()
@@ -333,7 +324,7 @@ class ProgressCheckpoint:
         return yielded_seconds() - self._yielded_at_start
 
     def __call__(self) -> None:
-        from .cpu_executor import ExecutionAborted
+        from .cpu.executor import ExecutionAborted
 
         if self.outer is not None:
             self.outer()

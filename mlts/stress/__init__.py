@@ -7,4 +7,5 @@ kill; SUCCESS / FAILURE / HANG / CRASH). The tests: `inference`, `load_tests`, `
 client processes from `worker`), `performance`, `resources`, `random_graphs` (+ `graph_spec`, the
 replayable JSON graphs), `corner_cases`, `liveness`; their models come from `models`. Results are
 "stress" records in results.jsonl, the HTML report, and `junit` XML. `fuzz` is `mlts fuzz`.
+Their command lines are mlts.cli.stress, mlts.cli.conformance and mlts.cli.fuzz.
 """

@@ -12,7 +12,7 @@ from typing import Any, NoReturn, Sequence
 import numpy as np
 
 from ..runtime import Compilation, Device, Execution, MltsError, Model, get_device
-from ..runtime.fallbacks import fallback_mark, fallbacks_since, summarize
+from ..runtime.app.fallbacks import fallback_mark, fallbacks_since, summarize
 from .drivers import ALL_DEVICES, REFERENCE, Target, open_target
 from .models import StressModel, check_outputs
 

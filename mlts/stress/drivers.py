@@ -38,7 +38,7 @@ class Target:
 def minimal_spec(device: Device) -> str | None:
     """The spec that makes this driver alone (a fault driver of `faulty:all` -> its own fault)."""
     d = device.driver
-    from ..runtime.plugins import FAULTY_FACTORY
+    from ..runtime.app.plugins import FAULTY_FACTORY
 
     spec = getattr(d, "spec", None)
     if spec is not None and type(d).__name__ == "FaultyDriver":
@@ -93,7 +93,7 @@ def open_target(target: Target, specs: Sequence[str], hosting: str | None,
     ALL_DEVICES; a function that undoes it: services stopped, devices unregistered, a built-in
     device that was re-hosted in a service put back). `hosting` overrides the run's hosting."""
     from ..runtime import register_driver, unregister_driver
-    from ..runtime.plugins import register_drivers
+    from ..runtime.app.manager import register_drivers
 
     registered: list[Device] = []
     replaced: list[Device] = []
@@ -128,7 +128,7 @@ def open_target(target: Target, specs: Sequence[str], hosting: str | None,
 
 def close_devices(registered: Sequence[Device]) -> None:
     """Stop the services a test process started (they would exit with it anyway)."""
-    from ..runtime.plugins import close_driver
+    from ..runtime.drivers.loading import close_driver
 
     for d in registered:
         close_driver(d.driver)

@@ -169,7 +169,7 @@ def model_example(data) -> tuple[str, Any]:
     """One example of the "model" target: (outcome, reproducer payload)."""
     from hypothesis import strategies as st
 
-    from .random_graphs import GraphGenerator
+    from .graphgen.generator import GraphGenerator
 
     seed = data.draw(st.integers(0, 1 << 30), label="graph seed")
     spec = GraphGenerator().generate(seed, data.draw(st.sampled_from(["single", "small"]), label="size"))

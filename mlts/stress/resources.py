@@ -11,28 +11,14 @@ import time
 from typing import Any
 
 import numpy as np
-import psutil
 
+from ..process_tree import ProcessTree
 from ..runtime import Compilation, Execution, Preference
 from .context import StressContext
 from .drivers import REFERENCE
 from .trends import theil_sen
 
 MIB = 1 << 20
-
-
-def tree_usage() -> tuple[int, int]:
-    """(RSS bytes, open fds) summed over this process and its descendants."""
-    rss = fds = 0
-    me = psutil.Process()
-    for p in [me] + me.children(recursive=True):
-        try:
-            with p.oneshot():
-                rss += p.memory_info().rss
-                fds += p.num_fds()
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return rss, fds
 
 
 def _execute(c, inputs) -> tuple[Execution, float]:
@@ -70,6 +56,7 @@ def sustained_inference(ctx: StressContext) -> dict[str, Any]:
         compilations.append(c)
         references.append(ctx.compile(m.model, reference=True))
     paired = ctx.driver != REFERENCE
+    tree = ProcessTree()  # this process and the driver services it started
     end = ctx.deadline()
     hard_end = end + 3.0 * ctx.duration + 30.0  # a very slow driver still ends
     n = 0
@@ -96,10 +83,10 @@ def sustained_inference(ctx: StressContext) -> dict[str, Any]:
             kinds.append(k)
             ratios.append(math.log(d_s / r_s) if paired and r_s and d_s > 0 else math.log(max(d_s, 1e-9)))
         if n == warmup:
-            base_rss, base_fds = tree_usage()
+            base_rss, base_fds = tree.usage()
             samples.append((n, base_rss, base_fds))
         elif n > warmup and n % check_every == 0:
-            rss, fds = tree_usage()
+            rss, fds = tree.usage()
             samples.append((n, rss, fds))
             if rss - base_rss > rss_bound:
                 trend = theil_sen([s[0] for s in samples], [s[1] for s in samples])

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..benchmark.records import SCHEMA_VERSION, ResultsWriter
+from ..benchmark.record_schema import SCHEMA_VERSION
+from ..benchmark.results_writer import ResultsWriter
 from .catalog import LIVENESS, StressTest
 from .drivers import ALL_DEVICES, Target
 from .models import BUILTIN

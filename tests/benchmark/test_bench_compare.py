@@ -3,7 +3,9 @@ import json
 
 import pytest
 
-from mlts.benchmark.compare import FAIL, PASS, WARN, Thresholds, compare, spread_ms
+from mlts.benchmark.compare import compare
+from mlts.benchmark.decision import FAIL, PASS, WARN
+from mlts.benchmark.thresholds import Thresholds, spread_ms
 from mlts.runtime import MltsError, ResultCode
 
 

@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-from mlts.benchmark.compare_cli import add_compare_parser, main, run_compare
-from mlts.benchmark.records import RESULTS_FILE, ResultsWriter
+from mlts.cli.compare import add_parser as add_compare_parser, main, run as run_compare
+from mlts.benchmark.records import RESULTS_FILE
+from mlts.benchmark.results_writer import ResultsWriter
 
 
 def run_dir(path, records):
@@ -92,6 +93,6 @@ def test_truncated_input_is_a_warning_not_an_error(runs, capsys):
 
 
 def test_as_a_program(runs):
-    proc = subprocess.run([sys.executable, "-m", "mlts.benchmark.compare_cli", runs["base"], runs["slower"]],
+    proc = subprocess.run([sys.executable, "-m", "mlts.cli.compare", runs["base"], runs["slower"]],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "FAIL" in proc.stdout

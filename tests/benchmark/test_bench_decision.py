@@ -10,11 +10,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from mlts.benchmark.compare import FAIL, PASS, WARN, Thresholds, compare
-from mlts.benchmark.compare_cli import main
-from mlts.benchmark.decision import (DecisionRule, Side, as_samples, bootstrap_medians, condition_warnings, decide,
-                                     level, mann_whitney, ratio_interval, run_noise, split_repetitions)
+from mlts.benchmark.compare import compare
+from mlts.benchmark.condition_warnings import condition_warnings
+from mlts.benchmark.decision import (FAIL, PASS, WARN, DecisionRule, Side, as_samples, bootstrap_medians, decide, level,
+                                     mann_whitney, ratio_interval, run_noise, split_repetitions)
 from mlts.benchmark.records import RESULTS_FILE
+from mlts.benchmark.thresholds import Thresholds
+from mlts.cli.compare import main
 from mlts.runtime import MltsError, ResultCode
 
 

@@ -15,8 +15,10 @@ import pytest
 from mlts.benchmark import runner as R
 from mlts.benchmark.compare import compare
 from mlts.benchmark.decision import FAIL, PASS, DecisionRule, decide
+from mlts.benchmark.model_run import ModelRun
 from mlts.benchmark.paired_stats import binomial_half_cdf, decide_paired, median_interval, sign_test
 from mlts.benchmark.records import read_results
+from mlts.benchmark.run_config import BenchmarkConfig
 from mlts.benchmark.stats import RunLengthRules, latency_stats
 from mlts.runtime import MltsError, ResultCode
 
@@ -93,8 +95,8 @@ def test_paired_run_fails_a_slower_driver_and_passes_an_equal_one(tiny_zoo, regi
     register(slowed("slow-x2", 2.0), slowed("same-x1", 1.0))
     verdicts = {}
     for cand in ("slow-x2", "same-x1"):
-        cfg = R.BenchmarkConfig(models=[TINY], drivers=[REF, cand], ab=[REF, cand], images=2, rules=PAIR_RULES,
-                                preset="test")
+        cfg = BenchmarkConfig(models=[TINY], drivers=[REF, cand], ab=[REF, cand], images=2, rules=PAIR_RULES,
+                              preset="test")
         PairedRunner(cfg, tmp_path / cand).run()
         recs = {r["driver"]: r for r in read_results(tmp_path / cand).benchmark_records()}
         assert set(recs) == {REF, cand} and all(r["status"] == "ok" for r in recs.values())
@@ -131,7 +133,7 @@ def test_cli_ab_exits_1_on_a_paired_failure_and_rejects_clashing_options(tiny_zo
 def test_slices_are_kept_apart_and_feed_the_comparison(tiny_zoo, tmp_path):
     rules = RunLengthRules(warmup_runs=1, warmup_min_s=0.0, min_runs=18, min_s=0.0, max_s=15.0, name="test")
     for name in ("a", "b"):
-        cfg = R.BenchmarkConfig(models=[TINY], drivers=[REF], images=0, rules=rules, preset="test", repeat=3)
+        cfg = BenchmarkConfig(models=[TINY], drivers=[REF], images=0, rules=rules, preset="test", repeat=3)
         R.BenchmarkRunner(cfg, tmp_path / name).run()
     rec = read_results(tmp_path / "a").benchmark_records()[0]
     lat = rec["latency"]
@@ -142,7 +144,7 @@ def test_slices_are_kept_apart_and_feed_the_comparison(tiny_zoo, tmp_path):
     row = compare(read_results(tmp_path / "a").records, read_results(tmp_path / "b").records).rows[0]
     assert row.decided_on == "samples" and row.baseline_samples == row.current_samples == 18
     with pytest.raises(MltsError) as e:
-        R.BenchmarkConfig(models=[TINY], drivers=[REF], repeat=0)
+        BenchmarkConfig(models=[TINY], drivers=[REF], repeat=0)
     assert e.value.code == ResultCode.BAD_DATA and "repeat must be an integer from 1" in e.value.message
 
 
@@ -187,13 +189,13 @@ def test_merged_runs_are_separate_runs_and_narrow_the_interval():
 def test_an_interrupt_in_a_later_pass_writes_no_partial_case_and_resume_times_it_again(tiny_zoo, tmp_path,
                                                                                       monkeypatch):
     rules = RunLengthRules(warmup_runs=1, warmup_min_s=0.0, min_runs=3, min_s=0.0, max_s=5.0, name="test")
-    cfg = R.BenchmarkConfig(models=[TINY], drivers=[REF], images=0, rules=rules, preset="test", repeat=3)
+    cfg = BenchmarkConfig(models=[TINY], drivers=[REF], images=0, rules=rules, preset="test", repeat=3)
 
     def interrupted(self, case, k):
         raise KeyboardInterrupt
 
     with monkeypatch.context() as mp:
-        mp.setattr(R._ModelRun, "time_slice", interrupted)
+        mp.setattr(ModelRun, "time_slice", interrupted)
         summary = R.BenchmarkRunner(cfg, tmp_path / "run").run()
     assert summary.interrupted and read_results(tmp_path / "run").benchmark_records() == []
     summary = R.BenchmarkRunner(cfg, tmp_path / "run").run()

@@ -6,9 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mlts.benchmark import records as rec_mod
-from mlts.benchmark.records import (RESULTS_FILE, SCHEMA_VERSION, BenchmarkRecord, ResultsWriter, case_key,
-                                    flatten_record, new_run_dir, read_results, to_csv, validate_record)
+from mlts.benchmark import results_writer as writer_mod
+from mlts.benchmark.record_schema import SCHEMA_VERSION, BenchmarkRecord, case_key, validate_record
+from mlts.benchmark.records import RESULTS_FILE, flatten_record, new_run_dir, read_results, to_csv
+from mlts.benchmark.results_writer import ResultsWriter
 from mlts.benchmark.stats import latency_stats
 from mlts.runtime import MltsError, Preference, ResultCode
 
@@ -96,8 +97,8 @@ def test_other_kinds_pass_through_untouched(tmp_path):
 def test_writer_one_write_and_fsync_per_record(tmp_path, monkeypatch):
     calls = []
     real_write, real_fsync = os.write, os.fsync
-    monkeypatch.setattr(rec_mod.os, "write", lambda fd, b: calls.append(("write", bytes(b))) or real_write(fd, b))
-    monkeypatch.setattr(rec_mod.os, "fsync", lambda fd: calls.append(("fsync",)) or real_fsync(fd))
+    monkeypatch.setattr(writer_mod.os, "write", lambda fd, b: calls.append(("write", bytes(b))) or real_write(fd, b))
+    monkeypatch.setattr(writer_mod.os, "fsync", lambda fd: calls.append(("fsync",)) or real_fsync(fd))
     with ResultsWriter(tmp_path, run_id="run-1") as w:
         written = w.write(full_record())
         w.write(full_record(mode="sync"))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mlts.benchmark import runner as R
+from mlts.benchmark.run_config import BenchmarkConfig
 from mlts.benchmark.stats import QUICK
 
 MLTS = str(Path(sys.executable).with_name("mlts"))
@@ -36,7 +37,7 @@ def run_dir(tmp_path):
     """))
     run = tmp_path / "run"
     run.mkdir()
-    config = R.BenchmarkConfig(models=[TINY], drivers=[REF], rules=QUICK, images=0, preset="quick")
+    config = BenchmarkConfig(models=[TINY], drivers=[REF], rules=QUICK, images=0, preset="quick")
     spec = f"{driver}:create_driver"
     (run / R.RUN_FILE).write_text(json.dumps({"config": config.to_dict(), "driver_specs": [spec, "sample"],
                                               "started": "2026-01-01T00:00:00Z", "finished": None}))

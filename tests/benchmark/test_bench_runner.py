@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 
 from mlts.benchmark import runner as R
-from mlts.benchmark.records import BenchmarkRecord, read_results
+from mlts.benchmark.record_schema import BenchmarkRecord
+from mlts.benchmark.records import read_results
+from mlts.benchmark.reference_cache import REFERENCE_DIR
+from mlts.benchmark.run_config import (DEFAULT_MODELS, QUICK_MODELS, BenchmarkConfig, parse_modes, parse_preference,
+                                       select_drivers, select_models)
 from mlts.benchmark.stats import RunLengthRules
 from mlts.runtime import Capabilities, MltsError, ResultCode, devices, register_driver, unregister_driver
 from mlts.runtime.drivers import KernelDriver, faulty
@@ -67,10 +71,10 @@ def _sample(name: str):
     return next(d for d in sample_drivers() if d.name == name)
 
 
-def _config(drivers, models=(TINY,), **kw) -> R.BenchmarkConfig:
+def _config(drivers, models=(TINY,), **kw) -> BenchmarkConfig:
     kw.setdefault("images", 4)
     kw.setdefault("rules", TINY_RULES)
-    return R.BenchmarkConfig(models=list(models), drivers=list(drivers), preset="test", **kw)
+    return BenchmarkConfig(models=list(models), drivers=list(drivers), preset="test", **kw)
 
 
 def _records(run_dir) -> dict[tuple[str, str, str], dict]:
@@ -103,7 +107,7 @@ def test_run_writes_valid_records_with_reference_accuracy_and_partitioning(tiny_
     assert acc["max_abs_error"] == 0 and acc["mse"] == 0 and acc["cts_pass"] is True
     assert acc["top1_agreement"] == 1.0 and acc["top5_agreement"] == 1.0
     assert acc["label_samples"] == 4 and acc["top1_accuracy"] is not None
-    assert (tmp_path / "run" / R.REFERENCE_DIR / f"{TINY}.npz").is_file()  # cached for resume
+    assert (tmp_path / "run" / REFERENCE_DIR / f"{TINY}.npz").is_file()  # cached for resume
 
     alone = recs[(TINY, "sample-minimal", "sync")]
     assert alone["status"] == "unsupported" and alone["latency"] is None
@@ -180,7 +184,7 @@ def test_compilation_with_and_without_the_cache_as_mlts_reports_it(tiny_zoo, reg
 
 
 def test_a_hanging_driver_service_misses_its_deadline_and_the_run_goes_on(tiny_zoo, register, tmp_path):
-    from mlts.runtime.plugins import register_drivers
+    from mlts.runtime.app.manager import register_drivers
 
     register_drivers(["faulty:hang@execute?seconds=60"], hosting="service")
     drivers = ["faulty-hang-execute-seconds60", REF]
@@ -246,24 +250,24 @@ class _Lines:
 
 
 def test_selection_by_names_and_regexes(register):
-    assert R.select_models(None) == list(R.DEFAULT_MODELS)
-    assert R.select_models(None, quick=True) == list(R.QUICK_MODELS)
-    assert R.select_models([r"mobilenet_v1_0\.25_128(_quant)?"]) == [TINY, TINY + "_quant"]
-    assert R.select_models("mobilenet_v2_0.35_128,mobilenet_v1_0.25_128") == [TINY, "mobilenet_v2_0.35_128"]
+    assert select_models(None) == list(DEFAULT_MODELS)
+    assert select_models(None, quick=True) == list(QUICK_MODELS)
+    assert select_models([r"mobilenet_v1_0\.25_128(_quant)?"]) == [TINY, TINY + "_quant"]
+    assert select_models("mobilenet_v2_0.35_128,mobilenet_v1_0.25_128") == [TINY, "mobilenet_v2_0.35_128"]
     with pytest.raises(MltsError) as info:
-        R.select_models(["resnet.*"])
+        select_models(["resnet.*"])
     assert info.value.code == ResultCode.BAD_DATA and "no model matches" in info.value.message
     register(*sample_drivers())
-    assert R.select_drivers(["sample-float-.*"]) == [REF, "sample-float-fast", "sample-float-slow"]
-    assert R.select_drivers(["sample-float-.*"], reference=False) == ["sample-float-fast", "sample-float-slow"]
-    assert R.select_drivers(None)[0] == REF
+    assert select_drivers(["sample-float-.*"]) == [REF, "sample-float-fast", "sample-float-slow"]
+    assert select_drivers(["sample-float-.*"], reference=False) == ["sample-float-fast", "sample-float-slow"]
+    assert select_drivers(None)[0] == REF
     with pytest.raises(MltsError):
-        R.select_drivers(["no-such-driver"])
+        select_drivers(["no-such-driver"])
     with pytest.raises(MltsError):
-        R.select_drivers([REF], reference=False)
+        select_drivers([REF], reference=False)
     with pytest.raises(MltsError):
-        R.parse_modes("sync,fenced")
-    assert R.parse_preference("low-power").name == "LOW_POWER"
+        parse_modes("sync,fenced")
+    assert parse_preference("low-power").name == "LOW_POWER"
     with pytest.raises(MltsError):
         _config([REF], images=2000)
     with pytest.raises(MltsError):

@@ -13,7 +13,9 @@ from threadpoolctl import threadpool_info
 
 from mlts.benchmark import conditions as C
 from mlts.benchmark import runner as R
+from mlts.benchmark.inference import Inference
 from mlts.benchmark.records import read_results
+from mlts.benchmark.run_config import BenchmarkConfig
 from mlts import childproc
 from mlts.benchmark.threads import OWN_THREAD_ENV, THREAD_ENV, PinnedWatchdog, ThreadPinning, parse_threads
 from mlts.runtime import MltsError, get_device
@@ -58,7 +60,7 @@ def test_a_thread_count_must_be_an_integer_of_at_least_one(bad):
     with pytest.raises(MltsError, match=r"--threads must be an integer >= 1"):
         parse_threads(bad)
     with pytest.raises(MltsError, match=r"threads must be an integer >= 1"):
-        R.BenchmarkConfig(models=[TINY], drivers=[REF], threads=bad)
+        BenchmarkConfig(models=[TINY], drivers=[REF], threads=bad)
 
 
 def test_good_thread_counts():
@@ -112,15 +114,15 @@ def test_every_stage_applies_the_per_thread_limits_in_its_own_thread(timeout_s):
 def test_a_run_pins_one_thread_by_default_and_records_conditions_and_samples(tiny_zoo, tmp_path, monkeypatch):
     blas_before = _blas()
     in_stage = []
-    original = R._Inference.__call__
+    original = Inference.__call__
 
     def spying(self, x):  # runs in the benchmark's stage threads
         in_stage.append((tuple(_blas()), tuple(_openmp()), _numba()))
         return original(self, x)
 
-    monkeypatch.setattr(R._Inference, "__call__", spying)
+    monkeypatch.setattr(Inference, "__call__", spying)
     stream = Watching()
-    cfg = R.BenchmarkConfig(models=[TINY], drivers=[REF], images=2, rules=TINY_RULES, preset="test")
+    cfg = BenchmarkConfig(models=[TINY], drivers=[REF], images=2, rules=TINY_RULES, preset="test")
     assert cfg.threads == 1
     R.run_benchmark_config(cfg, tmp_path / "run", stream=stream)
     assert in_stage and all(set(b) == {1} and set(o) <= {1} and n == 1 for b, o, n in in_stage)
@@ -156,8 +158,8 @@ def test_a_busy_machine_is_noted_on_the_progress_line(tiny_zoo, tmp_path, monkey
     monkeypatch.setattr(C, "DEFAULT_READERS", C.Readers(clock=counter(1.0), system_busy_s=counter(1.44),
                                                         own_tree_cpu_s=counter(0.2), cpu_count=lambda: 2))
     stream = io.StringIO()
-    cfg = R.BenchmarkConfig(models=[TINY], drivers=[REF], images=0, rules=TINY_RULES, preset="test",
-                            compile_with_cache=False)
+    cfg = BenchmarkConfig(models=[TINY], drivers=[REF], images=0, rules=TINY_RULES, preset="test",
+                          compile_with_cache=False)
     R.run_benchmark_config(cfg, tmp_path / "run", stream=stream)
     line, = [x for x in stream.getvalue().splitlines() if "[1/1]" in x]
     assert "ok, p50" in line and "; machine busy: 62% of the CPU taken by other processes" in line

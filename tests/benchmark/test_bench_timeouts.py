@@ -18,7 +18,9 @@ import pytest
 
 from mlts.benchmark import runner as R
 from mlts.benchmark import stage_timeout as T
+from mlts.benchmark.inference import Inference
 from mlts.benchmark.records import read_results
+from mlts.benchmark.run_config import QUICK_MODELS, BenchmarkConfig
 from mlts.benchmark.stats import RunLengthRules, measure
 from mlts.runtime import (Capabilities, DeviceType, MltsError, OperandCode, OperationCode, ResultCode, devices,
                           register_driver, unregister_driver)
@@ -179,8 +181,8 @@ def quick_watchdog(monkeypatch):
 
 def _config(drivers, **kw):
     kw.setdefault("images", 4)
-    return R.BenchmarkConfig(models=[TINY], drivers=list(drivers), rules=RULES, preset="test", timeout_s=1.0,
-                             compile_with_cache=False, **kw)
+    return BenchmarkConfig(models=[TINY], drivers=list(drivers), rules=RULES, preset="test", timeout_s=1.0,
+                           compile_with_cache=False, **kw)
 
 
 def _records(run_dir):
@@ -218,7 +220,7 @@ def test_a_partitioned_case_that_hangs_in_compilation_has_no_nnapi_deadline_but_
 def test_the_reference_outputs_are_bounded_too(monkeypatch, quick_watchdog, tmp_path):
     release = threading.Event()
 
-    class StuckReference(R._Inference):
+    class StuckReference(Inference):
         """The reference outputs' inferences (no timeout given to them) never return."""
 
         def __call__(self, x):
@@ -255,7 +257,7 @@ def quick_models():
     below measure the hang handling, not the model cache."""
     from mlts.models.zoo_registry import load
 
-    for name in R.QUICK_MODELS:
+    for name in QUICK_MODELS:
         load(name)
 
 
@@ -274,7 +276,7 @@ def _check_hang_run(proc, took, out, left_behind: str):
     recs = read_results(out).benchmark_records()
     by = {(r["model"], r["driver"]): r for r in recs}
     assert len(recs) == 12  # 4 models x (reference, npu-hang unsupported, npu-hang+nnapi-reference)
-    for model in R.QUICK_MODELS:
+    for model in QUICK_MODELS:
         assert by[(model, REF)]["status"] == "ok"
         assert by[(model, "npu-hang")]["status"] == "unsupported"
         part = by[(model, f"npu-hang+{REF}")]

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from mlts.benchmark.records import RESULTS_FILE, ResultsWriter, new_run_dir, read_results
+from mlts.benchmark.records import RESULTS_FILE, new_run_dir, read_results
+from mlts.benchmark.results_writer import ResultsWriter
 from mlts.fileio import WriteError, atomic_write, make_dir
 from mlts.report.render import render_report
 

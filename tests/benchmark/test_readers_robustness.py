@@ -10,9 +10,13 @@ import re
 
 import pytest
 
-from mlts.benchmark.compare import FAIL, PASS, WARN, compare, md_escape
-from mlts.benchmark.compare_cli import main, split_paths
-from mlts.benchmark.records import RESULTS_FILE, ResultsWriter, read_results
+from mlts.benchmark.compare import compare
+from mlts.benchmark.compare_markdown import md_escape
+from mlts.benchmark.decision import FAIL, PASS, WARN
+from mlts.benchmark.records import RESULTS_FILE, read_results
+from mlts.benchmark.results_writer import ResultsWriter
+from mlts.cli.compare import main
+from mlts.cli.options import split_paths
 
 STRESS = {"kind": "stress", "driver": "d", "test": "t", "outcome": "SUCCESS"}
 
@@ -138,7 +142,7 @@ def test_comma_lists_still_merge_and_may_hold_comma_paths(tmp_path, make_record)
 
 
 def test_report_baseline_with_a_comma_in_its_name(tmp_path, make_record, capsys):
-    from mlts.report.report_cli import main as report_main
+    from mlts.cli.report import main as report_main
 
     base = run_dir(tmp_path / "base,old", [make_record(p50=10.0)])
     cur = run_dir(tmp_path / "cur", [make_record(p50=10.0)])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from mlts.models import mobilenet
-from mlts.models.quantizer import _conv
+from mlts.models.quantizer.conv import conv2d as _conv
 
 
 def balanced_classifier(features: np.ndarray, classes: int, rng: np.random.Generator, spread: float = 4.0):

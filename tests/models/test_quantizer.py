@@ -32,9 +32,10 @@ from mlts.datasets.shapes import ShapesDataset
 from mlts.models import mobilenet
 from model_weights import balanced_classifier, stable_weights
 from mlts.models.quantizer import (
-    Evaluator, _Histogram, _MinMax, choose_qparams, collect_ranges, dequantize_array, input_qparams,
+    Evaluator, choose_qparams, collect_ranges, dequantize_array, input_qparams,
     output_qparams, quantization_report, quantize_array, quantize_model, symmetric_scales,
 )
+from mlts.models.quantizer.calibration import _Histogram, _MinMax
 
 ort = pytest.importorskip("onnxruntime")
 

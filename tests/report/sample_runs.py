@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 
 from mlts.benchmark.environment import write_environment
-from mlts.benchmark.records import ResultsWriter
+from mlts.benchmark.results_writer import ResultsWriter
 from mlts.benchmark.stats import latency_stats
 
 REF = "nnapi-reference"

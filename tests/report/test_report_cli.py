@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from mlts.benchmark.records import RESULTS_FILE
-from mlts.report.report_cli import add_report_parser, main, run_report
+from mlts.cli.report import add_parser as add_report_parser, main, run as run_report
 from sample_runs import REF, benchmark_records, write_run
 
 
@@ -77,7 +77,7 @@ def test_truncated_input_warns_and_still_renders(tmp_path, capsys):
 
 def test_module_entry_point(tmp_path):
     run = write_run(tmp_path / "run", benchmark_records(drivers={REF}))
-    proc = subprocess.run([sys.executable, "-m", "mlts.report.report_cli", str(run)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "mlts.cli.report", str(run)], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert (run / "index.html").is_file()

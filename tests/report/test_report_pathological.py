@@ -12,7 +12,7 @@ import pytest
 from htmltree import parse
 from mlts.benchmark.records import RESULTS_FILE, Results
 from mlts.report import render_html
-from mlts.report.report_cli import main as report_main
+from mlts.cli.report import main as report_main
 from mlts.report.svg import histogram_svg, nice_ticks, percentile_svg
 from sample_runs import REF, benchmark_records, stress_records, write_run
 

@@ -10,7 +10,9 @@ import pytest
 from htmltree import parse
 from mlts.benchmark.records import RESULTS_FILE, Results, read_results
 from mlts.report import render_html, render_report
-from mlts.report.context import accuracy_class, family_of, latency_class, timing_table
+from mlts.report.families import family_of
+from mlts.report.formatting import accuracy_class, latency_class
+from mlts.report.sections.timing import timing_table
 from mlts.runtime import MltsError, ResultCode
 from sample_runs import HOSTILE_MESSAGE, REF, benchmark_records, environment, write_run
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 
 from htmltree import parse
-from mlts.benchmark.records import BenchmarkRecord, Results, read_results
-from mlts.benchmark.runner import driver_times
+from mlts.benchmark.case_info import driver_times
+from mlts.benchmark.record_schema import BenchmarkRecord
+from mlts.benchmark.records import Results, read_results
 from mlts.report import render_html
 from mlts.runtime import DurationCode
 from sample_runs import REF, benchmark_records, write_run

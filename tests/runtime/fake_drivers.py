@@ -20,7 +20,8 @@ from mlts.runtime import (Capabilities, DeviceType, FuseCode, Model, MltsError, 
                           OperationCode, PerformanceInfo, ResultCode)
 from mlts.runtime.drivers import KernelDriver, KernelPreparedModel
 from mlts.runtime.drivers.kernel_driver import run_request
-from mlts.runtime.hal import BurstContext, ExecutionResult, HalModel, OutputShape, Request
+from mlts.runtime.hal import ExecutionResult, HalModel, OutputShape, Request
+from mlts.runtime.drivers.base import BurstContext
 
 ADD, SUB, MUL, DIV = OperationCode.ADD, OperationCode.SUB, OperationCode.MUL, OperationCode.DIV
 F32 = OperandCode.TENSOR_FLOAT32

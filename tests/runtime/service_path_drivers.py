@@ -13,7 +13,7 @@ import sys
 
 from mlts.runtime import Capabilities, DeviceType
 from mlts.runtime.drivers import KernelDriver, KernelPreparedModel
-from mlts.runtime.hal import BurstContext, ExecutionCallback
+from mlts.runtime.drivers.base import BurstContext, ExecutionCallback
 
 
 def _log(path: str, line: str) -> None:

@@ -14,7 +14,7 @@ import pytest
 from fake_drivers import FakeDriver
 from mlts.runtime import (Compilation, Execution, Memory, MltsError, Model, OperandCode, OperandType, OperationCode,
                           Preference, ResultCode, get_device)
-from mlts.runtime.compilation_cache import CacheStatus
+from mlts.runtime.app.compilation_cache import CacheStatus
 from mlts.runtime.drivers import KernelDriver
 from mlts.runtime.drivers.cache_files import DATA, MODEL, Identity, read_cache_file, write_cache_file
 from mlts.runtime.drivers.faulty import create as create_faulty

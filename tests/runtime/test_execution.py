@@ -796,12 +796,12 @@ def test_graph_dump_with_devices():
 def test_internal_failure_still_signals_the_event(add_mul, monkeypatch):
     """Whatever goes wrong inside a run, an async execution's Event is signalled with an MltsError
     (a waiter must never hang) and compute() raises MltsError."""
-    import mlts.runtime.execution as execution_module
+    import mlts.runtime.app.step_runner as step_runner
 
     def broken_run(self):
         raise KeyError("simulated runtime bug")
 
-    monkeypatch.setattr(execution_module._Runner, "run", broken_run)
+    monkeypatch.setattr(step_runner.StepRunner, "run", broken_run)
     for start in ("compute", "start_compute", "fenced"):
         ex = Execution(add_mul)
         ex.set_input(0, rand())

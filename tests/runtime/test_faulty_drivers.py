@@ -390,7 +390,7 @@ def test_faulty_driver_accepts_a_parsed_spec():
 @pytest.fixture
 def service_driver(register):
     pytest.importorskip("mlts.runtime.service")
-    from mlts.runtime.plugins import load_drivers
+    from mlts.runtime.app.plugins import load_drivers
 
     def load(spec: str):
         (driver,) = load_drivers(spec)

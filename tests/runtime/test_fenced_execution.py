@@ -25,7 +25,7 @@ from mlts.runtime.drivers.faulty import create as faulty_driver
 from mlts.runtime.enums import NO_TIMING, Preference, Priority
 from mlts.runtime.hal import DataLocation, Request, RequestArgument, Timing
 from mlts.runtime.service import ServiceDriver
-from mlts.runtime.sync_fence import HAS_EVENTFD, SIGNALLED_ERROR, wait_all
+from mlts.runtime.hal.sync_fence import HAS_EVENTFD, SIGNALLED_ERROR, wait_all
 
 HOLD_S = 0.1  # how long a test holds a dependency before signalling it
 

@@ -18,7 +18,7 @@ from mlts.runtime import (Burst, Capabilities, Compilation, Execution, Memory, M
 from mlts.runtime.drivers import KernelDriver
 from mlts.runtime.drivers.faulty import create as faulty_driver
 from mlts.runtime.hal import (BufferDesc, BufferRole, BufferToken, DataLocation, Request, RequestArgument)
-from mlts.runtime.memory_domains import DeviceMemory
+from mlts.runtime.app.memory import DeviceMemory
 from mlts.runtime.service import ServiceDriver
 
 KERNELS = "service_test_drivers:kernel_driver"

@@ -12,11 +12,12 @@ import warnings
 
 import pytest
 
-from mlts.runtime import MltsError, ResultCode, devices, get_device, manager, unregister_driver
+from mlts.runtime import MltsError, ResultCode, devices, get_device, unregister_driver
+from mlts.runtime.app import manager
 from mlts.runtime.drivers import KernelDriver
 from mlts.runtime.drivers.faulty import FaultyDriver, fault_specs
-from mlts.runtime.plugins import (PluginWarning, driver_specs, entry_point_drivers, load_drivers,
-                                  register_drivers)
+from mlts.runtime.app.plugins import PluginWarning, driver_specs, entry_point_drivers, load_drivers
+from mlts.runtime.app.manager import register_drivers
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _ids = itertools.count()
@@ -149,7 +150,7 @@ def test_bad_specs_are_bad_data_naming_the_spec(spec, words):
         assert w in info.value.message
 
 
-@pytest.mark.parametrize("factory, words", [("not_a_driver", ["str", "not an mlts.runtime.hal.Driver"]),
+@pytest.mark.parametrize("factory, words", [("not_a_driver", ["str", "not an mlts.runtime.Driver"]),
                                             ("raises", ["RuntimeError", "vendor library missing"]),
                                             ("missing", ["has no 'missing'"])])
 def test_broken_factories_are_bad_data_naming_them(plugin, factory, words):

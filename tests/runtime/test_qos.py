@@ -18,7 +18,7 @@ from mlts.runtime import (Capabilities, Compilation, Execution, MltsError, Model
                           qos)
 from mlts.runtime.drivers import KernelDriver
 from mlts.runtime.drivers.faulty import create as create_faulty
-from mlts.runtime.plugins import load_drivers
+from mlts.runtime.app.plugins import load_drivers
 from mlts.runtime.service import ServiceDriver
 from qos_test_drivers import GatedDriver
 

@@ -224,7 +224,7 @@ def test_dropped_models_and_pools_are_released_in_the_service(hosted):
     n = 4096
     const = Memory.create_shared(4 * n)
     model = big_constant_model(n, const)
-    from mlts.runtime.hal import Preference, Priority
+    from mlts.runtime import Preference, Priority
 
     prepared = dev_driver.prepare_model(model.hal_model(), Preference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None, None)
     held = dev_driver.service_stats()

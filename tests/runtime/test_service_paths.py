@@ -16,10 +16,10 @@ import pytest
 
 from mlts.runtime import Compilation, Execution, MltsError, Preference, Priority, ResultCode
 from mlts.runtime.hal import ExecutionResult
-from mlts.runtime.plugins import FAULTY_FACTORY
+from mlts.runtime.app.plugins import FAULTY_FACTORY
 from mlts.runtime.service import ServiceDriver
 from mlts.runtime.service.client import TAIL_CHARS, OutputTail, last_lines
-from mlts.runtime.sync_fence import SyncFence
+from mlts.runtime.hal.sync_fence import SyncFence
 from mlts.stress.conformance.checks import HalRequest
 from mlts.stress.conformance.completion import poison
 from mlts.stress.conformance.models import F32, add_model

@@ -11,7 +11,8 @@ from mlts.cli import main
 from mlts.runtime import Compilation, Execution, get_device
 from mlts.stress.context import StressFailure
 from mlts.stress.graph_spec import build_model, load_spec
-from mlts.stress.random_graphs import GraphGenerator, random_graphs, run_graph, single_op_spec, supported_pairs
+from mlts.stress.graphgen.generator import GraphGenerator, single_op_spec
+from mlts.stress.random_graphs import random_graphs, run_graph, supported_pairs
 
 from conftest import make_context
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from mlts.benchmark.records import ResultsWriter, read_results
+from mlts.benchmark.records import read_results
+from mlts.benchmark.results_writer import ResultsWriter
 from mlts.report import render_report
 from mlts.stress.junit import junit_xml, write_junit
 from mlts.stress.suite import outcome_counts

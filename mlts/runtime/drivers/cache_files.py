@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import struct
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +29,9 @@ from ... import __version__
 from ...fileio import atomic_write
 from ..enums import ResultCode
 from ..errors import MltsError
+from .. import vlog
 from ..hal import CacheHandles, HalModel
+from ..hal.validation import validate_cache_handles
 from .model_codec import ALIGNMENT, decode_model, encode_model
 
 MAGIC = b"MLTSCCH\0"
@@ -207,9 +210,6 @@ def identity_of(driver) -> Identity:
 def save_for_driver(driver, model: HalModel, cache: CacheHandles) -> int | None:
     """prepare_model's side job: cache the model it just prepared. A cache that cannot be written costs
     the next compilation its shortcut, never this one its result: failures are logged, not raised."""
-    from .. import vlog
-    from ..compilation_cache import validate_cache_handles
-
     try:
         validate_cache_handles(cache, f"{driver.name}: prepare_model")
         check_handles(cache, driver.get_number_of_cache_files_needed(), f"{driver.name}: prepare_model")
@@ -223,10 +223,6 @@ def save_for_driver(driver, model: HalModel, cache: CacheHandles) -> int | None:
 
 def load_for_driver(driver, deadline: float | None, cache: CacheHandles, *, verify: bool = True) -> HalModel:
     """prepare_model_from_cache's work: the checked handles, the deadline, then the verified model."""
-    import time
-
-    from ..compilation_cache import validate_cache_handles
-
     validate_cache_handles(cache, f"{driver.name}: prepare_model_from_cache")
     check_handles(cache, driver.get_number_of_cache_files_needed(), f"{driver.name}: prepare_model_from_cache")
     if deadline is not None and time.monotonic() > deadline:

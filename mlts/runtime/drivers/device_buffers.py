@@ -18,11 +18,9 @@ import numpy as np
 
 from ..enums import ResultCode
 from ..errors import MltsError, bad_data
-from ..hal import (AllocatedBuffer, BufferDesc, BufferRole, BufferToken, DeviceBuffer, HalModel, PreparedModel,
-                   Request)
-from ..memory import Memory
-from ..memory_desc import check_dimensions, combine_dimensions, same_operand_kind
-from ..operand_type import OperandType
+from ..hal import AllocatedBuffer, BufferDesc, BufferRole, BufferToken, DeviceBuffer, HalModel, IPreparedModel, Request
+from ..hal.memory import Memory
+from ..operand_type import OperandType, check_dimensions, combine_dimensions, same_operand_kind
 
 LOCK_TIMEOUT_S = 5.0  # a buffer busy for longer than this fails the access instead of waiting on
 
@@ -30,7 +28,7 @@ LOCK_TIMEOUT_S = 5.0  # a buffer busy for longer than this fails the access inst
 class ManagedBuffer:
     """The contents and metadata of one allocated buffer (AOSP's ManagedBuffer)."""
 
-    def __init__(self, operand_type: OperandType, roles: dict[tuple[int, str, int], PreparedModel]) -> None:
+    def __init__(self, operand_type: OperandType, roles: dict[tuple[int, str, int], IPreparedModel]) -> None:
         self.type = operand_type  # code, quantization and the initial dimensions (0 / None = unknown)
         self.roles = roles  # (id(prepared model), "input" | "output", io index) -> the model (kept alive)
         self.dimensions = operand_type.dimensions  # updated by every write
@@ -174,7 +172,7 @@ class TrackedBuffer(DeviceBuffer):
 
 
 def allocate_buffer(driver_name: str, tracker: BufferTracker, desc: BufferDesc,
-                    prepared_models: Sequence[PreparedModel], input_roles: Sequence[BufferRole],
+                    prepared_models: Sequence[IPreparedModel], input_roles: Sequence[BufferRole],
                     output_roles: Sequence[BufferRole], model_of: Callable[[Any], HalModel | None]) -> AllocatedBuffer:
     """Validate a buffer request (AOSP's validateMemoryDesc) and allocate it; `model_of` gives the model of
     a prepared model of this driver, None for anything else."""
@@ -190,7 +188,7 @@ def allocate_buffer(driver_name: str, tracker: BufferTracker, desc: BufferDesc,
         if model is None:
             raise bad_data(f"{where}: prepared model {m} was not prepared by {driver_name}")
         hal_models.append(model)
-    roles: dict[tuple[int, str, int], PreparedModel] = {}
+    roles: dict[tuple[int, str, int], IPreparedModel] = {}
     operand_type: OperandType | None = None
     dims = None if desc.dimensions == () else check_dimensions(desc.dimensions, where)
     for io, role_list in (("input", input_roles), ("output", output_roles)):
@@ -237,7 +235,7 @@ def allocate_buffer(driver_name: str, tracker: BufferTracker, desc: BufferDesc,
 class RequestBuffers:
     """The device buffers of one request to one prepared model, checked against their roles."""
 
-    def __init__(self, tracker: BufferTracker, prepared: PreparedModel, *, check_roles: bool = True) -> None:
+    def __init__(self, tracker: BufferTracker, prepared: IPreparedModel, *, check_roles: bool = True) -> None:
         self.tracker = tracker
         self.prepared = prepared
         self.check_roles = check_roles  # False only in the fault-injecting driver

@@ -68,12 +68,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from ... import __version__
-from ..cpu_executor import PreparedGraph
+from ..cpu.executor import PreparedGraph
 from ..enums import NO_TIMING, DeviceType, FeatureLevel, OperandCode, OperationCode, Preference, Priority, ResultCode
 from ..errors import MltsError
-from ..hal import (CacheHandles, Capabilities, ExecutionResult, HalModel, OutputShape, PreparedModel, Request,
-                   Timing)
-from ..hal_validation import validate_execution_arguments, validate_fence_fds, validate_hal_model
+from ..hal import CacheHandles, Capabilities, ExecutionResult, HalModel, OutputShape, Request, Timing
+from .base import PreparedModel
+from ..hal.validation import validate_execution_arguments, validate_fence_fds, validate_hal_model
 from ..ops import get_operation
 from .cache_files import load_for_driver
 from .device_buffers import RequestBuffers

@@ -11,12 +11,13 @@ from typing import Callable, Iterable
 import numpy as np
 
 from .. import qos, vlog
-from ..cpu_executor import ExecutionAborted, PreparedGraph
+from ..cpu.executor import ExecutionAborted, PreparedGraph
 from ..enums import DeviceType, NO_TIMING, OperandCode, OperationCode, Preference, Priority, ResultCode
 from ..errors import MltsError
-from ..hal import (AllocatedBuffer, BufferDesc, BufferRole, CacheHandles, Capabilities, Driver, ExecutionResult,
-                   HalModel, OutputShape, PreparedModel, Request, Timing)
-from ..hal_validation import (validate_deadline, validate_execution_arguments, validate_hal_model,
+from ..hal import (AllocatedBuffer, BufferDesc, BufferRole, CacheHandles, Capabilities, ExecutionResult, HalModel,
+                   OutputShape, Request, Timing, failed_result)
+from .base import Driver, PreparedModel
+from ..hal.validation import (validate_deadline, validate_execution_arguments, validate_hal_model,
                               validate_preparation_arguments, validate_request)
 from ..ops import get_operation
 from ..ops.control_flow import supported_operations
@@ -189,10 +190,7 @@ def failed_execution(driver_name: str, exc: Exception) -> ExecutionResult:
     """The status a failed execution reports: an MltsError's own code, OUT_OF_MEMORY, else OP_FAILED."""
     if isinstance(exc, MltsError):
         vlog.log("driver", f"{driver_name}: execution failed: {exc}")
-        return ExecutionResult(exc.code, exc.output_shapes or [], message=exc.message)
-    if isinstance(exc, MemoryError):
-        return ExecutionResult(ResultCode.OUT_OF_MEMORY, [], message="out of memory")
-    return ExecutionResult(ResultCode.OP_FAILED, [], message=f"{driver_name}: {type(exc).__name__}: {exc}")
+    return failed_result(exc, driver_name)
 
 
 __all__ = ["KernelDriver", "KernelPreparedModel", "run_request", "ExecutionAborted", "NO_TIMING"]

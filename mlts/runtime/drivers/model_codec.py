@@ -17,7 +17,7 @@ import numpy as np
 from ..enums import OperandLifetime, OperationCode, ResultCode
 from ..errors import MltsError
 from ..hal import DataLocation, HalModel, HalOperand, HalOperation, Subgraph
-from ..memory import Memory
+from ..hal.memory import Memory
 from ..operand_type import OperandType, SymmPerChannelQuantParams
 
 ALIGNMENT = 64

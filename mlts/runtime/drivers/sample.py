@@ -2,7 +2,7 @@
 they take (by the operation's input-0 operand type, as AOSP's sample drivers decide) and in their
 declared performance, so that partitioning has real choices to make.
 
-Not registered by default: `register_sample_drivers()` makes them devices of this process.
+Not registered by default: `register_drivers(["sample"])` (mlts.runtime.app.manager) makes them devices of this process.
 """
 from __future__ import annotations
 
@@ -39,10 +39,3 @@ def sample_drivers() -> list[KernelDriver]:
 def sample_all() -> KernelDriver:
     """sample-all alone: a factory a `--driver` spec can name to host just that driver (in a service)."""
     return sample_drivers()[0]
-
-
-def register_sample_drivers() -> list:
-    from ..manager import devices, register_driver
-
-    present = {d.name for d in devices()}
-    return [register_driver(d) for d in sample_drivers() if d.name not in present]

@@ -21,7 +21,8 @@ import numpy as np
 
 from ..enums import FuseCode, OperandCode, PaddingCode
 from ..operand_type import OperandType
-from ._padding import explicit_padding, out_size
+from ._float32 import as_float32
+from ._padding import WindowParams, explicit_padding, out_size
 from .base import OperationContext, Shape
 from .common import FLOAT_TYPES, QUANT8_TYPES
 from .quant import (INT32_MAX, INT32_MIN, apply_float_activation, quantize_multiplier_array,
@@ -113,13 +114,7 @@ def conv_layout(ctx: OperationContext, depthwise: bool) -> ConvLayout:
 
 
 @dataclass(frozen=True)
-class ConvParams:
-    pad_left: int
-    pad_right: int
-    pad_top: int
-    pad_bottom: int
-    stride_w: int
-    stride_h: int
+class ConvParams(WindowParams):
     dilation_w: int
     dilation_h: int
     fuse: int
@@ -222,17 +217,13 @@ def check_conv_types(ctx: OperationContext, *, filter_channel_dim: int | None, a
         check_bias_quantization(ctx)
 
 
-def _f32(x: float) -> np.float32:
-    return np.float32(x)
-
-
 def input_product_scales(ctx: OperationContext) -> np.ndarray:
     """input scale x filter scale (per output channel for per-channel filters), as float32 products."""
     t_in, t_f = ctx.input_type(0), ctx.input_type(1)
     if t_f.code == PER_CHANNEL:
         scales = np.asarray(t_f.channel_quant.scales, dtype=np.float32)
-        return (_f32(t_in.scale) * scales).astype(np.float32)
-    return np.asarray([_f32(t_in.scale) * _f32(t_f.scale)], dtype=np.float32)
+        return (np.float32(t_in.scale) * scales).astype(np.float32)
+    return np.asarray([np.float32(t_in.scale) * np.float32(t_f.scale)], dtype=np.float32)
 
 
 def check_bias_quantization(ctx: OperationContext) -> None:
@@ -246,14 +237,14 @@ def check_bias_quantization(ctx: OperationContext) -> None:
     if ctx.input_code(1) == PER_CHANNEL:
         return
     product = float(input_product_scales(ctx)[0])
-    bias_scale = float(_f32(t_b.scale))
+    bias_scale = as_float32(t_b.scale)
     if not abs(product - bias_scale) <= 1e-6 * min(product, bias_scale):
         raise ctx.fail(f"bias scale {t_b.scale:g} must equal input scale x filter scale = {product:g}", input=2)
 
 
 def output_multipliers(ctx: OperationContext) -> tuple[np.ndarray, np.ndarray]:
     """Fixed-point (multiplier, shift) per output channel (or a single pair) for the output rescale."""
-    out_scale = float(_f32(ctx.output_type(0).scale))
+    out_scale = as_float32(ctx.output_type(0).scale)
     real = input_product_scales(ctx).astype(np.float64) / out_scale
     return quantize_multiplier_array(real)
 
@@ -436,29 +427,3 @@ def input_hwc(dims: Shape, nchw: bool) -> tuple[int, int, int]:
     if nchw:
         return dims[2], dims[3], dims[1]
     return dims[1], dims[2], dims[3]
-
-
-
-def run_convolution(ctx: OperationContext, p: ConvParams, out_hw: tuple[int, int], *, depthwise: bool) -> np.ndarray:
-    """The shared execute of CONV_2D and DEPTHWISE_CONV_2D: accumulate, add bias, requantize or round."""
-    x = to_nhwc(centred(ctx, 0), p.nchw)
-    w = centred(ctx, 1)
-    if is_quantized(ctx):
-        x, w = exact_sum_dtype(x, w, out_axis=3 if depthwise else 0)
-    acc = depthwise_nhwc(x, w, p, out_hw) if depthwise else conv_nhwc(x, w, p, out_hw)
-    if is_quantized(ctx):
-        out = requantize(ctx, acc.astype(np.int64), ctx.input(2), p.fuse)
-    else:
-        out = finish_float(ctx, acc + centred(ctx, 2), p.fuse)
-    return from_nhwc(out, p.nchw)
-
-
-def validate_convolution(ctx: OperationContext, *, depthwise: bool) -> ConvLayout:
-    """The checks CONV_2D and DEPTHWISE_CONV_2D share: input list, types, ranks, scalar parameters."""
-    lay = conv_layout(ctx, depthwise=depthwise)
-    check_conv_types(ctx, filter_channel_dim=3 if depthwise else 0)
-    ctx.check_input_rank(0, 4)
-    ctx.check_input_rank(1, 4)
-    ctx.check_input_rank(2, 1)
-    check_static_scalars(ctx, lay)
-    return lay

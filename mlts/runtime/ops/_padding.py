@@ -1,7 +1,22 @@
-"""NNAPI's padding arithmetic, shared by convolutions and pooling."""
+"""NNAPI's padding arithmetic, and the resolved window parameters, shared by convolutions and pooling."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..enums import PaddingCode
+
+
+@dataclass(frozen=True)
+class WindowParams:
+    """Paddings and strides of a sliding window, resolved to ints (the common head of ConvParams and
+    PoolParams, which add their own fields after these)."""
+
+    pad_left: int
+    pad_right: int
+    pad_top: int
+    pad_bottom: int
+    stride_w: int
+    stride_h: int
 
 
 def explicit_padding(in_size: int, stride: int, filter_size: int, code: int, dilation: int = 1) -> tuple[int, int]:

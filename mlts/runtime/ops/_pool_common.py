@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..enums import FuseCode, OperandCode, PaddingCode
-from ._padding import explicit_padding, out_size
+from ._padding import WindowParams, explicit_padding, out_size
 from .base import OperationContext, Shape
 from .quant import apply_float_activation, quantized_activation_range
 
@@ -50,13 +50,7 @@ def pool_layout(ctx: OperationContext) -> PoolLayout:
 
 
 @dataclass(frozen=True)
-class PoolParams:
-    pad_left: int
-    pad_right: int
-    pad_top: int
-    pad_bottom: int
-    stride_w: int
-    stride_h: int
+class PoolParams(WindowParams):
     filter_w: int
     filter_h: int
     fuse: int

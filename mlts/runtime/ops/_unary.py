@@ -7,10 +7,6 @@ import numpy as np
 
 from .base import OperationContext
 
-def f32(x: float) -> float:
-    """A value as NNAPI stores it (float32), back as a Python float."""
-    return float(np.float32(x))
-
 
 def float_kernel(x: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """Evaluate `fn` on a float tensor and round once to the tensor's own type.

@@ -13,7 +13,8 @@ import numpy as np
 from ..enums import OperandCode, OperationCode
 from ..errors import ResultCode
 from . import _fixed_point as fp
-from ._unary import check_quant_output, f32, float_kernel
+from ._float32 import as_float32
+from ._unary import check_quant_output, float_kernel
 from .base import Operation, OperationContext, Shape
 from .common import FLOAT_AND_QUANT8, QUANT8_TYPES, check_output_like_input
 from .quant import QUANT_RANGE
@@ -105,7 +106,7 @@ class Relu6(_Relu):
 # -- LOGISTIC / TANH -----------------------------------------------------------------------------
 def _input_rescaling(ctx: OperationContext) -> tuple[int, int, int]:
     """(multiplier, left_shift, range_radius) that bring centered inputs into Q4.27."""
-    real_multiplier = f32(ctx.input_type(0).scale) * float(1 << (31 - INPUT_INTEGER_BITS))
+    real_multiplier = as_float32(ctx.input_type(0).scale) * float(1 << (31 - INPUT_INTEGER_BITS))
     quantized = fp.quantize_multiplier_greater_than_one(real_multiplier)
     if quantized is None:
         raise ctx.fail(f"input scale {ctx.input_type(0).scale:g} is too small for the quantized kernel",

@@ -6,9 +6,13 @@ and rescales once. All with the fixed-point helpers of `quant`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..enums import FuseCode, OperandCode, OperationCode
+from ..operand_type import OperandType
+from ._float32 import as_float32
 from .base import Operation, OperationContext, Shape
 from .common import FLOAT_TYPES, QUANT8_TYPES, broadcast_shape, check_output_like_input
 from .quant import (apply_float_activation, multiply_by_quantized_multiplier, quantize_multiplier,
@@ -69,23 +73,36 @@ class _Binary(Operation):
         raise NotImplementedError
 
 
-def _f32(x: float) -> float:
-    """A scale as NNAPI stores it (float32): multipliers are derived from the float32 values."""
-    return float(np.float32(x))
+@dataclass(frozen=True)
+class AddRescale:
+    """NNAPI's quantized ADD/SUB multipliers, each a (multiplier, shift) pair: both inputs go to twice
+    the larger input scale (after a left shift of ADD_LEFT_SHIFT bits), their sum to the output scale."""
+
+    input_a: tuple[int, int]
+    input_b: tuple[int, int]
+    output: tuple[int, int]
+
+
+def add_rescale(ta: OperandType, tb: OperandType, to: OperandType) -> AddRescale:
+    """The multipliers of a quantized ADD/SUB, derived from the float32 scales as NNAPI does."""
+    sa, sb, so = as_float32(ta.scale), as_float32(tb.scale), as_float32(to.scale)
+    twice_max_scale = 2.0 * max(sa, sb)
+    return AddRescale(quantize_multiplier(sa / twice_max_scale), quantize_multiplier(sb / twice_max_scale),
+                      quantize_multiplier(twice_max_scale / ((1 << ADD_LEFT_SHIFT) * so)))
+
+
+def rescaled_add_input(q: np.ndarray, zero_point: int, multiplier: int, shift: int) -> np.ndarray:
+    """One input of a quantized ADD/SUB in the common scale: (q - zero point) << ADD_LEFT_SHIFT, rescaled."""
+    return multiply_by_quantized_multiplier((q.astype(np.int64) - zero_point) << ADD_LEFT_SHIFT, multiplier, shift)
 
 
 def _add_or_sub_quantized(ctx: OperationContext, a: np.ndarray, b: np.ndarray, fuse: int, sign: int) -> np.ndarray:
     ta, tb, to = ctx.input_type(0), ctx.input_type(1), ctx.output_type(0)
-    sa, sb, so_ = _f32(ta.scale), _f32(tb.scale), _f32(to.scale)
-    twice_max_scale = 2.0 * max(sa, sb)
-    m1, s1 = quantize_multiplier(sa / twice_max_scale)
-    m2, s2 = quantize_multiplier(sb / twice_max_scale)
-    mo, so = quantize_multiplier(twice_max_scale / ((1 << ADD_LEFT_SHIFT) * so_))
-    x = (a.astype(np.int64) - ta.zero_point) << ADD_LEFT_SHIFT
-    y = (b.astype(np.int64) - tb.zero_point) << ADD_LEFT_SHIFT
-    sx = multiply_by_quantized_multiplier(x, m1, s1)
-    sy = multiply_by_quantized_multiplier(y, sign * m2, s2)
-    out = multiply_by_quantized_multiplier(sx + sy, mo, so) + to.zero_point
+    rescale = add_rescale(ta, tb, to)
+    m2, s2 = rescale.input_b
+    sx = rescaled_add_input(a, ta.zero_point, *rescale.input_a)
+    sy = rescaled_add_input(b, tb.zero_point, sign * m2, s2)
+    out = multiply_by_quantized_multiplier(sx + sy, *rescale.output) + to.zero_point
     lo, hi = quantized_activation_range(fuse, to)
     return np.clip(out, lo, hi).astype(to.dtype)
 
@@ -135,7 +152,7 @@ class Mul(_Binary):
         ta, tb, to = ctx.input_type(0), ctx.input_type(1), ctx.output_type(0)
         # NNAPI forms the input scale product in float32, then divides in double.
         product = float(np.float32(ta.scale) * np.float32(tb.scale))
-        mult, shift = quantize_multiplier(product / _f32(to.scale))
+        mult, shift = quantize_multiplier(product / as_float32(to.scale))
         prod = (a.astype(np.int64) - ta.zero_point) * (b.astype(np.int64) - tb.zero_point)
         out = multiply_by_quantized_multiplier(prod, mult, shift) + to.zero_point
         lo, hi = quantized_activation_range(fuse, to)

@@ -7,6 +7,7 @@ values) and, when the shapes are known, `prepare` (shape inference); the referen
 """
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -39,6 +40,24 @@ class SubgraphSignature:
         return self.inferred_output_types or self.output_types
 
 
+class SubgraphRunner(abc.ABC):
+    """What control flow (IF, WHILE) needs from the executor running it: the referenced subgraphs, and
+    running one under the same deadline, loop timeout and checkpoint as the operation itself."""
+
+    #: absolute time.monotonic() deadline of the run (None: none)
+    deadline: float | None = None
+    #: the execution's loop timeout (None: NNAPI's default)
+    loop_timeout_ns: int | None = None
+
+    @abc.abstractmethod
+    def subgraph(self, index: int) -> Any:
+        """The HAL subgraph at `index` (0: main, k: referenced subgraph k - 1)."""
+
+    @abc.abstractmethod
+    def run(self, index: int, inputs: Sequence[Any]) -> list[np.ndarray]:
+        """Run subgraph `index` on input arrays; its output arrays."""
+
+
 class OperationContext:
     """What an operation sees of its operands, in one of three phases: validate, prepare, execute.
 
@@ -50,7 +69,8 @@ class OperationContext:
     def __init__(self, *, op_index: int, code: OperationCode, input_types: Sequence[OperandType | None],
                  output_types: Sequence[OperandType], input_values: Sequence[Any],
                  input_operands: Sequence[int], output_operands: Sequence[int], phase: str,
-                 relaxed: bool = False, error_code: ResultCode = ResultCode.BAD_DATA):
+                 relaxed: bool = False, error_code: ResultCode = ResultCode.BAD_DATA,
+                 runner: SubgraphRunner | None = None):
         self.op_index = op_index
         self.code = code
         self._in_types = list(input_types)
@@ -62,6 +82,10 @@ class OperationContext:
         self.relaxed = relaxed
         self._error_code = error_code
         self.output_shapes: list[Shape] | None = None
+        #: the executor's subgraphs, for control flow; None while validating or building a model
+        self.runner = runner
+        #: outputs a control-flow operation computed while its shapes were asked for (see control_flow.py)
+        self.control_flow_results: list[Any] | None = None
 
     # -- counts and types ---------------------------------------------------------------------
     @property

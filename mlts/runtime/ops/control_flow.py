@@ -22,12 +22,14 @@ recursively) and the pruning of step models to the subgraphs they reach.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..enums import DEFAULT_LOOP_TIMEOUT_NS, OperandCode, OperandLifetime, OperationCode, ResultCode
+from ..hal.types import DataLocation, HalOperand
 from ..operand_type import OperandType
 from .base import Operation, OperationContext, Shape, SubgraphSignature, ValueUnknown
 from .registry import register
@@ -60,11 +62,10 @@ def _signature(ctx: OperationContext, i: int) -> SubgraphSignature | None:
     value = ctx.value(i)
     if value is None or isinstance(value, SubgraphSignature):
         return value
-    executor = getattr(ctx, "executor", None)
-    if executor is None:
+    if ctx.runner is None:
         return None
     index = int(np.asarray(value).item())
-    sg = executor.subgraph(index)
+    sg = ctx.runner.subgraph(index)
     return SubgraphSignature(tuple(sg.operands[k].type for k in sg.input_indexes),
                              tuple(sg.operands[k].type for k in sg.output_indexes), index=index)
 
@@ -138,13 +139,10 @@ def _check_runtime_inputs(ctx: OperationContext, sig: SubgraphSignature, values:
 def run_subgraph(ctx: OperationContext, sig: SubgraphSignature, values: Sequence[Any], what: str) -> list[np.ndarray]:
     """Run a referenced subgraph on the executor that runs this operation, with its deadline, loop
     timeout and checkpoint."""
-    executor = getattr(ctx, "executor", None)
-    if executor is None or sig.index is None:
+    if ctx.runner is None or sig.index is None:
         raise ctx.fail(f"cannot run the {what}: no executor for referenced subgraphs")
     _check_runtime_inputs(ctx, sig, values, what)
-    return executor.run(list(values), deadline=getattr(ctx, "deadline", None),
-                        loop_timeout_ns=getattr(ctx, "loop_timeout_ns", None),
-                        checkpoint=getattr(ctx, "checkpoint", None), subgraph_index=sig.index)
+    return ctx.runner.run(sig.index, values)
 
 
 def _condition_value(ctx: OperationContext, value: Any, what: str) -> bool:
@@ -158,7 +156,7 @@ class _ControlFlow(Operation):
     """Outputs are computed while the executor asks for their shapes (they are the subgraph's)."""
 
     def execute(self, ctx: OperationContext) -> list[np.ndarray]:
-        results = getattr(ctx, "control_flow_results", None)
+        results = ctx.control_flow_results
         if results is None:
             raise ctx.fail("executed before its subgraphs ran")
         return [np.asarray(r, dtype=ctx.output_type(k).dtype) for k, r in enumerate(results)]
@@ -261,9 +259,9 @@ class While(_ControlFlow):
     def loop(self, ctx: OperationContext, cond: SubgraphSignature, body: SubgraphSignature) -> list[np.ndarray]:
         carried = len(body.output_types)  # input-output plus state-only operands
         values = [ctx.value(i) for i in range(WHILE_FIRST_INPUT, ctx.num_inputs)]
-        timeout_ns = getattr(ctx, "loop_timeout_ns", None)
+        timeout_ns = ctx.runner.loop_timeout_ns if ctx.runner is not None else None
         timeout_s = (DEFAULT_LOOP_TIMEOUT_NS if timeout_ns is None else timeout_ns) / 1e9
-        deadline = getattr(ctx, "deadline", None)
+        deadline = ctx.runner.deadline if ctx.runner is not None else None
         started = time.monotonic()
         iteration = 0
         while True:
@@ -345,10 +343,6 @@ def reachable_subgraphs(model) -> list[int]:
 def with_reachable_subgraphs_only(model):
     """The model carrying only the subgraphs its main subgraph reaches (a partition step needs no
     others), SUBGRAPH operand locations renumbered to match."""
-    import dataclasses
-
-    from ..hal import DataLocation, HalOperand
-
     keep = reachable_subgraphs(model)
     if len(keep) == len(model.referenced):
         return model

@@ -15,62 +15,30 @@ point, clamp to the activation range.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..enums import OperationCode
 from . import _conv_common as cc
-from .base import Operation, OperationContext, Shape
+from ._convolution import Convolution
+from .base import OperationContext, Shape
 from .registry import register
 
 
 @register
-class Conv2D(Operation):
+class Conv2D(Convolution):
     code = OperationCode.CONV_2D
-    supported_types = cc.CONV_SUPPORTED_TYPES
+    depthwise = False
 
-    def validate(self, ctx: OperationContext) -> None:
-        lay = cc.validate_convolution(ctx, depthwise=False)
-        self._check_known_dims(ctx, lay)
-
-    def _check_known_dims(self, ctx: OperationContext, lay: cc.ConvLayout) -> None:
-        """Size consistency on whatever dimensions are already known (0 = unknown)."""
-        d_in, d_f, d_b = (cc.dims_known(ctx.input_type(i)) for i in range(3))
-        if d_f is None:
-            return
-        out_c, _, _, f_c = d_f
+    def check_known_filter(self, ctx: OperationContext, lay: cc.ConvLayout, d_in: Shape | None,
+                           d_filter: Shape) -> int:
+        out_c, _, _, f_c = d_filter
         nchw = cc.nchw_if_known(ctx, lay)
         if d_in is not None and nchw is not None:
             in_c = cc.input_hwc(d_in, nchw)[2]
             if cc.known(in_c, f_c):
                 ctx.check(in_c == f_c, f"filter has {f_c} input channels but the input has {in_c}", input=1)
-        if d_b is not None and cc.known(d_b[0], out_c):
-            ctx.check(d_b[0] == out_c, f"bias has {d_b[0]} elements but the filter has {out_c} output channels",
-                      input=2)
+        return out_c
 
-    def _setup(self, ctx: OperationContext):
-        lay = cc.conv_layout(ctx, depthwise=False)
-        in_shape, f_shape, b_shape = ctx.input_shape(0), ctx.input_shape(1), ctx.input_shape(2)
-        ctx.check(len(in_shape) == 4, f"input must have rank 4, got {len(in_shape)}", input=0)
-        ctx.check(len(f_shape) == 4, f"filter must have rank 4, got {len(f_shape)}", input=1)
-        ctx.check(len(b_shape) == 1, f"bias must have rank 1, got {len(b_shape)}", input=2)
-        nchw = bool(ctx.scalar(lay.layout)) if lay.layout is not None else False
-        in_h, in_w, in_c = cc.input_hwc(in_shape, nchw)
+    def check_filter(self, ctx: OperationContext, f_shape: Shape, in_c: int) -> tuple[int, int, int]:
         out_c, f_h, f_w, f_c = f_shape
-        ctx.check(in_h > 0 and in_w > 0 and in_c > 0, f"input dimensions {list(in_shape)}: only the batch may be 0",
-                  input=0)
         ctx.check(out_c > 0 and f_h > 0 and f_w > 0, f"filter dimensions {list(f_shape)} must be > 0", input=1)
         ctx.check(f_c == in_c, f"filter has {f_c} input channels but the input has {in_c}", input=1)
-        ctx.check(b_shape[0] == out_c, f"bias has {b_shape[0]} elements but the filter has {out_c} output channels",
-                  input=2)
-        p = cc.read_params(ctx, lay, (in_h, in_w), (f_h, f_w))
-        out_hw = cc.spatial_output(ctx, p, (in_h, in_w), (f_h, f_w))
-        n = in_shape[0]
-        shape = (n, out_c) + out_hw if nchw else (n,) + out_hw + (out_c,)
-        return p, out_hw, shape
-
-    def prepare(self, ctx: OperationContext) -> list[Shape]:
-        return [self._setup(ctx)[2]]
-
-    def execute(self, ctx: OperationContext) -> list[np.ndarray]:
-        p, out_hw, _ = self._setup(ctx)
-        return [cc.run_convolution(ctx, p, out_hw, depthwise=False)]
+        return out_c, f_h, f_w

@@ -16,7 +16,8 @@ import numpy as np
 from ..enums import OperandCode, OperationCode
 from ..errors import ResultCode
 from . import _fixed_point as fp
-from ._unary import check_quant_output, f32, float_kernel
+from ._float32 import as_float32
+from ._unary import check_quant_output, float_kernel
 from .base import Operation, OperationContext, Shape
 from .common import FLOAT_AND_QUANT8, QUANT8_TYPES, check_output_like_input
 from .registry import register
@@ -31,31 +32,43 @@ def _softmax_float(x: np.ndarray, beta: float, axis: int) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
-def _softmax_quant(q: np.ndarray, input_scale: float, beta: float, signed: bool, ctx: OperationContext) -> np.ndarray:
-    """NNAPI's integer softmax along the last axis of `q` (int64 stored values); unsigned result 0..255."""
-    real_multiplier = min(beta * input_scale * float(1 << (31 - SCALED_DIFF_INTEGER_BITS)), float((1 << 31) - 1))
-    quantized = fp.quantize_multiplier_greater_than_one(real_multiplier)
-    if quantized is None:
-        raise ctx.fail(f"beta * input scale = {beta * input_scale:g} is too small for the quantized kernel",
-                       code=ResultCode.OP_FAILED)
-    multiplier, left_shift = quantized
-    diff_min = -fp.calculate_input_radius(SCALED_DIFF_INTEGER_BITS, left_shift)
+def quantized_input_multiplier(input_scale: float, beta: float) -> tuple[int, int] | None:
+    """NNAPI's (multiplier, left shift) that rescales differences to the row maximum by beta x input
+    scale (both as float32) into Q5.26; None when the integer kernel refuses it (product too small)."""
+    real = min(as_float32(beta) * as_float32(input_scale) * float(1 << (31 - SCALED_DIFF_INTEGER_BITS)),
+               float((1 << 31) - 1))
+    return fp.quantize_multiplier_greater_than_one(real)
 
-    diff = q - np.max(q, axis=-1, keepdims=True)
+
+def exps_of_differences(diff: np.ndarray, multiplier: int, left_shift: int
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(exp in Q0, used, Q12.19 contribution to the row sum) of differences to the row maximum (<= 0).
+
+    Differences below -radius are dropped: not used, contributing 0 (their output is 0)."""
+    diff_min = -fp.calculate_input_radius(SCALED_DIFF_INTEGER_BITS, left_shift)
     used = diff >= diff_min
     scaled_diff = fp.multiply_by_quantized_multiplier_greater_than_one(np.where(used, diff, 0), multiplier, left_shift)
-    exp_q0 = fp.exp_on_negative_values(scaled_diff, SCALED_DIFF_INTEGER_BITS)
-    contributions = np.where(used, fp.rescale(exp_q0, 0, ACCUMULATION_INTEGER_BITS), 0)
-    sum_of_exps = fp.wrap32(np.sum(contributions, axis=-1, keepdims=True))
+    exps = fp.exp_on_negative_values(scaled_diff, SCALED_DIFF_INTEGER_BITS)
+    contributions = np.where(used, fp.rescale(exps, 0, ACCUMULATION_INTEGER_BITS), 0)
+    return exps, used, contributions
 
+
+def reciprocals_of_sums(sum_of_exps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(reciprocal in Q0, right shift) per row sum (int32 in Q12.19): an exp times the reciprocal,
+    shifted right, is the output with 8 fraction bits."""
     fixed_sum = sum_of_exps & 0xFFFFFFFF  # read as uint32
     headroom_plus_one = fp.count_leading_zeros_u32(fixed_sum)
     num_bits_over_unit = ACCUMULATION_INTEGER_BITS - headroom_plus_one
     # Normalize the sum into [1, 2) and keep the fraction: the leading one moves to bit 31 and drops.
     shifted_sum_minus_one = fp.wrap32(((fixed_sum << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31))
-    shifted_scale = fp.one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one)
+    return fp.one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one), num_bits_over_unit + 31 - 8
 
-    out = fp.rounding_divide_by_pot(fp.mul(shifted_scale, exp_q0), num_bits_over_unit + 31 - 8)
+
+def _softmax_quant(q: np.ndarray, multiplier: int, left_shift: int, signed: bool) -> np.ndarray:
+    """NNAPI's integer softmax along the last axis of `q` (int64 stored values); unsigned result 0..255."""
+    exps, used, contributions = exps_of_differences(q - np.max(q, axis=-1, keepdims=True), multiplier, left_shift)
+    reciprocals, shifts = reciprocals_of_sums(fp.wrap32(np.sum(contributions, axis=-1, keepdims=True)))
+    out = fp.rounding_divide_by_pot(fp.mul(reciprocals, exps), shifts)
     out = np.where(used, np.clip(out, 0, 255), 0)
     return out - 128 if signed else out
 
@@ -107,7 +120,12 @@ class Softmax(Operation):
         if ctx.input_code(0) in QUANT8_TYPES:
             q = np.moveaxis(x.astype(np.int64), axis, -1)
             signed = ctx.input_code(0) == OperandCode.TENSOR_QUANT8_ASYMM_SIGNED
-            out = _softmax_quant(q, f32(ctx.input_type(0).scale), f32(beta), signed, ctx)
+            quantized = quantized_input_multiplier(ctx.input_type(0).scale, beta)
+            if quantized is None:
+                product = as_float32(beta) * as_float32(ctx.input_type(0).scale)
+                raise ctx.fail(f"beta * input scale = {product:g} is too small for the quantized kernel",
+                               code=ResultCode.OP_FAILED)
+            out = _softmax_quant(q, *quantized, signed)
             return [np.moveaxis(out, -1, axis).astype(out_type.dtype)]
-        beta = f32(beta)
+        beta = as_float32(beta)
         return [float_kernel(x, lambda v: _softmax_float(v, beta, axis))]

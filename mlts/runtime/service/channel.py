@@ -14,7 +14,7 @@ import struct
 import threading
 from typing import Any, Sequence
 
-from ..sync_fence import close_fds
+from ..hal.sync_fence import close_fds
 
 HEADER = struct.Struct("!QI")  # payload bytes, number of file descriptors
 RECORD_BYTES = 64 * 1024  # one record must fit in the socket's send buffer

@@ -17,10 +17,10 @@ from typing import Any, Sequence
 from .. import vlog
 from ..enums import DeviceType, Preference, Priority, ResultCode
 from ..errors import MltsError, bad_data
-from ..hal import (AllocatedBuffer, BufferDesc, BurstContext, CacheHandles, CallTiming, Capabilities, DeviceBuffer,
-                   Driver, ExecutionCallback, ExecutionResult, HalModel, PreparedModel, Request)
-from ..hal_validation import validate_deadline, validate_fence_fds, validate_timeout_after_fence
-from ..memory import Memory
+from ..hal import AllocatedBuffer, BufferDesc, CacheHandles, CallTiming, Capabilities, DeviceBuffer, ExecutionResult, HalModel, Request
+from ..drivers.base import BurstContext, Driver, ExecutionCallback, PreparedModel
+from ..hal.validation import validate_deadline, validate_fence_fds, validate_timeout_after_fence
+from ..hal.memory import Memory
 from .build import build_driver
 from .client import Connection
 from .pools import StagedPools, model_pools

@@ -22,14 +22,15 @@ from typing import Any, Sequence
 
 from .. import qos
 from ..enums import Priority, ResultCode
-from ..compilation_cache import validate_cache_handles
-from ..errors import MltsError
-from ..hal import AllocatedBuffer, BufferToken, BurstContext, DeviceBuffer, Driver, ExecutionResult, PreparedModel
-from ..hal_validation import validate_deadline, validate_fence_fds, validate_timeout_after_fence
+from ..hal.validation import check_priority, validate_cache_handles
+from ..errors import MltsError, error_from_exception
+from ..hal import (AllocatedBuffer, BufferToken, DeviceBuffer, ExecutionResult, IBurst, IDevice, IPreparedModel,
+                   failed_result)
+from ..hal.validation import validate_deadline, validate_fence_fds, validate_timeout_after_fence
 from .build import build_driver
 from .channel import Channel, ChannelClosed
 from .pools import PoolCache
-from ..sync_fence import close_fds
+from ..hal.sync_fence import close_fds
 from .protocol import Call, Description, Reply, attach_pools
 
 #: how long past its deadline an asynchronous execution's callback is waited for (the client waits
@@ -43,10 +44,10 @@ class Server:
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
-        self.driver: Driver | None = None
+        self.driver: IDevice | None = None
         self.pools = PoolCache()
-        self.prepared: dict[int, PreparedModel] = {}
-        self.bursts: dict[int, BurstContext] = {}
+        self.prepared: dict[int, IPreparedModel] = {}
+        self.bursts: dict[int, IBurst] = {}
         self.buffers: dict[int, DeviceBuffer] = {}  # memory domains: tokens bound to this connection
         self.priorities: dict[int, int] = {}  # prepared or burst id -> its model's priority (for the queue)
         self._ids = itertools.count(1)
@@ -112,7 +113,7 @@ class Server:
                     obj.free()
                 except Exception:  # nor a driver failing to free a buffer
                     pass
-            if isinstance(obj, BurstContext):
+            if isinstance(obj, IBurst):
                 try:
                     obj.close()
                 except Exception:  # a driver failing to release a burst must not stop the service
@@ -142,14 +143,9 @@ class Server:
             else:
                 value = handler(pools, *message.args)
             reply = Reply(message.call_id, value, driver_us=(time.perf_counter_ns() - start) // 1000)
-        except MltsError as e:
-            reply = Reply(message.call_id, error=(int(e.code), e.message))
-        except MemoryError:
-            reply = Reply(message.call_id, error=(int(ResultCode.OUT_OF_MEMORY), f"{self.name}: out of memory "
-                                                                                f"in {message.method}"))
         except BaseException as e:  # the driver's bug (even sys.exit) is its client's error, not our crash
-            reply = Reply(message.call_id, error=(int(ResultCode.OP_FAILED), f"{self.name}: {message.method} raised "
-                                                                             f"{type(e).__name__}: {e}"))
+            error = error_from_exception(e, f"{self.name}: {message.method}")
+            reply = Reply(message.call_id, error=(int(error.code), error.message))
         return reply
 
     def _reply(self, reply: Reply) -> None:
@@ -226,7 +222,7 @@ class Server:
     def call_prepare_model(self, pools: list, model, preference, priority, deadline, cache) -> int:
         if cache is not None:
             validate_cache_handles(cache, f"{self.name}: prepare_model")
-        priority = qos.check_priority(priority, f"{self.name}: prepare_model")
+        priority = check_priority(priority, f"{self.name}: prepare_model")
         prepared = self.driver.prepare_model(attach_pools(model, pools), preference, priority, deadline, cache)
         remote_id = self._prepared_id(prepared, "prepare_model")
         self.priorities[remote_id] = priority
@@ -238,7 +234,7 @@ class Server:
         return self._prepared_id(self.driver.prepare_model_from_cache(deadline, cache), "prepare_model_from_cache")
 
     def _prepared_id(self, prepared: Any, call: str) -> int:
-        if not isinstance(prepared, PreparedModel):
+        if not isinstance(prepared, IPreparedModel):
             raise MltsError(ResultCode.OP_FAILED, f"{self.name}: {call} returned no prepared model")
         return self._register(self.prepared, prepared)
 
@@ -381,7 +377,7 @@ def _fence_fds(message: Call, fds: list[int]) -> list[int]:
 
 
 
-def await_callback(name: str, prepared: PreparedModel, request, measure: bool, deadline: float | None,
+def await_callback(name: str, prepared: IPreparedModel, request, measure: bool, deadline: float | None,
                    loop_timeout_ns: int, wait_s: float | None) -> ExecutionResult:
     """Call the driver's execute() and wait for its callback: until the deadline (plus ASYNC_GRACE_S)
     and at most `wait_s`; None for both waits as long as the driver takes, as a synchronous call would."""
@@ -411,10 +407,8 @@ def _execute(name: str, run, request, measure: bool, deadline, loop_timeout_ns: 
     """Executions report failures in their result, as the HAL says, even when the driver raises."""
     try:
         return run(request, measure, deadline, loop_timeout_ns)
-    except MltsError as e:
-        return ExecutionResult(e.code, e.output_shapes or [], message=e.message)
     except Exception as e:
-        return ExecutionResult(ResultCode.OP_FAILED, [], message=f"{name}: execution raised {type(e).__name__}: {e}")
+        return failed_result(e, f"{name}: execution")
 
 
 def main(argv: list[str] | None = None) -> int:

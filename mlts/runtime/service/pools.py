@@ -17,7 +17,7 @@ from typing import Sequence
 from ..enums import ResultCode
 from ..errors import MltsError
 from ..hal import BufferToken
-from ..memory import PROT_READ, PROT_WRITE, Memory
+from ..hal.memory import PROT_READ, PROT_WRITE, Memory
 from .protocol import PoolRef
 
 SCRATCH_MIN_BYTES = 4096

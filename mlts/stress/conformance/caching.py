@@ -12,7 +12,7 @@ import tempfile
 from typing import Any, Callable
 
 from ...runtime import Compilation
-from ...runtime.compilation_cache import cache_files_needed
+from ...runtime.app.compilation_cache import cache_files_needed
 from ..context import StressContext
 from .checks import CheckFailed, Checks, NotApplicable, compile_on, driver_model, execute, expect_outputs
 from .models import F32, U8, affine_model

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ...runtime import Compilation, Execution, Memory, MltsError, Preference, Priority, ResultCode
-from ...runtime.hal import DataLocation, ExecutionResult, PreparedModel, Request, RequestArgument
+from ...runtime.hal import DataLocation, ExecutionResult, IPreparedModel, Request, RequestArgument
 from ..context import StressContext, describe_error
 from .models import F32, U8, ConformanceModel, add_model
 
@@ -197,15 +197,15 @@ class HalRequest:
 
 
 def hal_prepare(ctx: StressContext, m: ConformanceModel, *, preference: Any = Preference.FAST_SINGLE_ANSWER,
-                priority: Any = Priority.MEDIUM, deadline: Any = None, cache: Any = None) -> PreparedModel:
+                priority: Any = Priority.MEDIUM, deadline: Any = None, cache: Any = None) -> IPreparedModel:
     prepared = ctx.device.driver.prepare_model(m.model.hal_model(), preference, priority, deadline, cache)
     ctx.beat()
-    if not isinstance(prepared, PreparedModel):
+    if not isinstance(prepared, IPreparedModel):
         raise CheckFailed(f"prepare_model returned {type(prepared).__name__}, not a prepared model")
     return prepared
 
 
-def hal_execute(prepared: PreparedModel, request: Request, *, measure: bool = False, deadline: Any = None,
+def hal_execute(prepared: IPreparedModel, request: Request, *, measure: bool = False, deadline: Any = None,
                 loop_timeout_ns: Any = LOOP_TIMEOUT_NS) -> ExecutionResult:
     result = prepared.execute_synchronously(request, measure, deadline, loop_timeout_ns)
     if not isinstance(result, ExecutionResult):

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ...runtime import Compilation, Execution, Memory
-from ...runtime.hal import ExecutionResult, PreparedModel
+from ...runtime.hal import ExecutionResult, IPreparedModel
 from .checks import CheckFailed, HalRequest, expect_outputs, expect_success, hal_execute
 from .models import ConformanceModel
 from .timing import WAIT_S
@@ -55,7 +55,7 @@ def expect_written(what: str, seen: Sequence[np.ndarray], expected: Sequence[np.
     expect_outputs(f"{what}, read as soon as completion was signalled", seen, expected)
 
 
-def hal_async_outputs(m: ConformanceModel, prepared: PreparedModel, loop_timeout_ns: int) -> str:
+def hal_async_outputs(m: ConformanceModel, prepared: IPreparedModel, loop_timeout_ns: int) -> str:
     """Straight through the HAL: the request's outputs first hold right results (a synchronous run), then
     the sentinel; each asynchronous execute() must have replaced all of it when its callback is notified."""
     expected = m.expected()

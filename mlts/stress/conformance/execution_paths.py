@@ -16,7 +16,7 @@ import numpy as np
 
 from ...runtime import Burst, Execution, ResultCode
 from ...runtime.hal import ExecutionResult, Timing
-from ...runtime.sync_fence import SyncFence
+from ...runtime.hal.sync_fence import SyncFence
 from ..context import StressContext
 from .checks import (CheckFailed, Checks, HalRequest, compile_on, driver_model, expect_code, expect_outputs,
                      expect_success, hal_prepare, seconds_from_now)

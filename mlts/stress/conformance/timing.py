@@ -19,8 +19,8 @@ import numpy as np
 from ...runtime import Burst, Compilation, DurationCode, Execution, MltsError, ResultCode, devices
 from ...runtime.drivers import REFERENCE_DEVICE_NAME
 from ...runtime.enums import NO_TIMING
-from ...runtime.hal import DataLocation, ExecutionResult, PreparedModel, RequestArgument, Timing, is_valid_timing
-from ...runtime.sync_fence import SyncFence
+from ...runtime.hal import DataLocation, ExecutionResult, IPreparedModel, RequestArgument, Timing, is_valid_timing
+from ...runtime.hal.sync_fence import SyncFence
 from .checks import LOOP_TIMEOUT_NS, CheckFailed, Checks, HalRequest, expect_code, expect_success
 from .models import ConformanceModel
 
@@ -64,7 +64,7 @@ def _timing(path: str, what: str, t: object) -> Timing:
     return t  # type: ignore[return-value]
 
 
-def hal_run(prepared: PreparedModel, path: str, request, measure: bool) -> HalRun:
+def hal_run(prepared: IPreparedModel, path: str, request, measure: bool) -> HalRun:
     """Run `request` once on one HAL path (a burst of its own; a fenced run on a signalled fence)."""
     start = time.perf_counter_ns()
     if path == "execute_synchronously":
@@ -139,7 +139,7 @@ def _longer_than_call(what: str, t: Timing | None, wall_us: int) -> list[str]:
             if value != NO_TIMING and value > wall_us + SLACK_US]
 
 
-def hal_timing_checks(checks: Checks, m: ConformanceModel, prepared: PreparedModel) -> None:
+def hal_timing_checks(checks: Checks, m: ConformanceModel, prepared: IPreparedModel) -> None:
     """The timing contract straight through the HAL, as VTS checks it, on every execution path. Results
     are the other checks' business: a run here only has to succeed."""
     measured: list[HalRun] = []

@@ -17,7 +17,7 @@ from mlts.runtime import OperandCode, OperandType, OperationCode
 from .. import layout
 from ..emitter import QUANT_CODES
 from ..errors import NotQuantizable
-from ..ir import Graph, Node, Quant
+from ..ir import Graph, Node, Quant, Value
 from ._common import conv_pads
 from .base import OpConverter, all_quantized_same_dtype, ints, register
 
@@ -79,26 +79,44 @@ def quantized_bias(ctx, bias_name: str | None, units: int, in_scale: float, w_sc
     return ctx.constant(ints32, OperandType.tensor(OperandCode.TENSOR_INT32, [units], scale, 0))
 
 
-@register
-class ConvConverter(OpConverter):
-    op_types = ("Conv",)
+class WeightedConverter(OpConverter):
+    """Conv and Gemm: input 1 holds the weights (when quantized, an 8-bit constant, per-channel only
+    along the output axis and symmetric), input 2 an optional bias; an activation can be fused."""
+
     quantizable = True
     data_inputs = (0, 1, 2)
     weight_input = 1
     bias_input = 2
     fusable = True
+    #: how NotQuantizable messages name the weights input and its output axis
+    weights_name = "the weights"
+    outputs_name = "channels"
 
-    def check_quantized(self, node: Node, graph: Graph) -> None:
+    def quantized_weights(self, node: Node, graph: Graph) -> Value:
+        """The weights, once the checks every quantized weighted operator shares have passed."""
         all_quantized_same_dtype(node, graph, [0])
         w = graph.value(node.inputs[1])
+        if w.const is None or w.quant is None or w.dtype not in QUANT_CODES:
+            raise NotQuantizable(f"{self.weights_name} must be an 8-bit constant")
+        return w
+
+    def check_per_channel(self, w: Value, axis: int) -> None:
+        """Per-channel weights: along the output axis `axis`, symmetric (uint8 zero points of 128 are)."""
         q = w.quant
-        if w.const is None or q is None or w.dtype not in QUANT_CODES:
-            raise NotQuantizable("the weights must be an 8-bit constant")
-        if not q.per_tensor:
-            if q.axis != 0:
-                raise NotQuantizable("per-axis weights must be quantized along the output channels")
-            if not (np.all(q.zero_point == 0) or (w.dtype == np.dtype(np.uint8) and np.all(q.zero_point == 128))):
-                raise NotQuantizable("per-channel weights must be symmetric")
+        if q.per_tensor:
+            return
+        if q.axis != axis:
+            raise NotQuantizable(f"per-axis weights must be quantized along the output {self.outputs_name}")
+        if not (np.all(q.zero_point == 0) or (w.dtype == np.dtype(np.uint8) and np.all(q.zero_point == 128))):
+            raise NotQuantizable("per-channel weights must be symmetric")
+
+
+@register
+class ConvConverter(WeightedConverter):
+    op_types = ("Conv",)
+
+    def check_quantized(self, node: Node, graph: Graph) -> None:
+        self.check_per_channel(self.quantized_weights(node, graph), axis=0)
         b = node.input(2)
         if b is not None and graph.const(b) is None:
             raise NotQuantizable("the bias must be a constant")

@@ -12,36 +12,24 @@ import numpy as np
 
 from mlts.runtime import OperationCode
 
-from ..emitter import QUANT_CODES
 from ..errors import NotQuantizable
 from ..ir import Graph, Node, Quant
-from .base import OpConverter, all_quantized_same_dtype, register
+from .base import register
+from .conv import WeightedConverter
 from .fully_connected import as_vector, fully_connected, is_vector_bias
 
 
 @register
-class GemmConverter(OpConverter):
+class GemmConverter(WeightedConverter):
     op_types = ("Gemm",)
-    quantizable = True
-    data_inputs = (0, 1, 2)
-    weight_input = 1
-    bias_input = 2
-    fusable = True
+    weights_name = "B"
+    outputs_name = "units"
 
     def check_quantized(self, node: Node, graph: Graph) -> None:
-        all_quantized_same_dtype(node, graph, [0])
-        b = graph.value(node.inputs[1])
-        if b.const is None or b.quant is None or b.dtype not in QUANT_CODES:
-            raise NotQuantizable("B must be an 8-bit constant")
+        b = self.quantized_weights(node, graph)
         if float(node.attr("alpha", 1.0)) <= 0:
             raise NotQuantizable("alpha must be positive")
-        if not b.quant.per_tensor:
-            axis = 0 if node.attr("transB", 0) else 1
-            if b.quant.axis != axis:
-                raise NotQuantizable("per-axis weights must be quantized along the output units")
-            if np.any(b.quant.zero_point != 0) and not (b.dtype == np.dtype(np.uint8)
-                                                       and np.all(b.quant.zero_point == 128)):
-                raise NotQuantizable("per-channel weights must be symmetric")
+        self.check_per_channel(b, axis=0 if node.attr("transB", 0) else 1)
         c = node.input(2)
         if c is not None:
             cv = graph.value(c)

@@ -13,10 +13,10 @@ import numpy as np
 
 from ... import vlog
 from ...enums import DeviceType, FeatureLevel, OperandCode, Preference, Priority, ResultCode
-from ...errors import MltsError
-from ...hal import (CacheHandles, Capabilities, Driver, ExecutionResult, HalModel, OutputShape, PerformanceInfo,
-                    PreparedModel, Request)
-from ...hal_validation import (validate_execution_arguments, validate_hal_model, validate_preparation_arguments,
+from ...errors import MltsError, error_from_exception
+from ...hal import CacheHandles, Capabilities, ExecutionResult, HalModel, OutputShape, PerformanceInfo, Request
+from ..base import Driver, PreparedModel
+from ...hal.validation import (validate_execution_arguments, validate_hal_model, validate_preparation_arguments,
                                validate_request)
 from ..kernel_driver import failed_execution, measured_timing
 
@@ -77,10 +77,8 @@ class FastDriver(Driver):
             plan.release(warm)
         except MltsError:
             raise
-        except MemoryError:
-            raise MltsError(ResultCode.OUT_OF_MEMORY, f"{self.name}: out of memory while preparing") from None
         except Exception as e:
-            raise MltsError(ResultCode.OP_FAILED, f"{self.name}: preparation failed: {type(e).__name__}: {e}") from None
+            raise error_from_exception(e, f"{self.name}: preparation failed") from None
         vlog.log("driver", f"{self.name}: prepared {len(plan.steps)} steps, "
                            f"workspace {plan.workspace_bytes / 2**20:.1f} MiB")
         return FastPreparedModel(self, model, plan)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .kernels_float import JIT, interior
+from .kernels_float import JIT, bordered_row, depthwise_taps, pool_window, unrolled_region
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
@@ -81,28 +81,11 @@ def requantize_rows(acc, bias, rq, zero_point, lo, hi, out, out_sub):
 def requantize_rows_padded(acc, bias, rq, zero_point, lo, hi, out, out_sub, pad_top, pad_left, h, w, g0, g1):
     """`requantize_rows` of image rows [g0, g1) into the h x w interior of out [N, Hp, Wp, O], the border
     holding the zero point (centred: 0); see `kernels_float.bias_activation_padded`."""
-    _, hp, wp, o = out.shape
     fill = np.int32(zero_point - out_sub)
-    r = 0
     for g in range(g0, g1):
-        n = g // h
-        ih = g % h
-        if ih == 0:
-            for i in range(pad_top):
-                out[n, i] = fill
-        if ih == h - 1:
-            for i in range(pad_top + h, hp):
-                out[n, i] = fill
-        row = out[n, pad_top + ih]
-        for iw in range(wp):
-            if pad_left <= iw < pad_left + w:
-                for k in range(o):
-                    v = rescale(np.int64(np.int32(acc[r, k])) + bias[k], k, rq) + zero_point
-                    row[iw, k] = np.int32(min(max(v, lo), hi) - out_sub)
-                r += 1
-            else:
-                for k in range(o):
-                    row[iw, k] = fill
+        first = (g - g0) * w
+        requantize_rows(acc[first:first + w], bias, rq, zero_point, lo, hi,
+                        bordered_row(out, g, h, pad_top, pad_left, w, fill), out_sub)
 
 
 @njit(**JIT)
@@ -118,20 +101,11 @@ def centre(x, out, sub):
 def _depthwise_pixel(x, x_zp, w, bias, rq, zero_point, lo, hi, out, out_sub, acc, n, oh, ow,
                      stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, depth_mult):
     """One output pixel, any filter size and multiplier; float64 sums of integers are exact."""
-    _, h, wd, _ = x.shape
     oc = out.shape[3]
     for k in range(oc):
         acc[k] = 0.0
-    for i in range(w.shape[0]):
-        ih = oh * stride_h - pad_top + i * dil_h
-        if ih < 0 or ih >= h:
-            continue
-        for j in range(w.shape[1]):
-            iw = ow * stride_w - pad_left + j * dil_w
-            if iw < 0 or iw >= wd:
-                continue
-            for k in range(oc):
-                acc[k] += (np.float64(x[n, ih, iw, k // depth_mult]) - x_zp) * w[i, j, k]
+    depthwise_taps(x, np.float64(x_zp), w, acc, n, oh, ow, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w,
+                   depth_mult)
     for k in range(oc):
         v = rescale(np.int64(np.int32(acc[k])) + bias[k], k, rq) + zero_point
         out[n, oh, ow, k] = np.int32(min(max(v, lo), hi) - out_sub)
@@ -160,15 +134,6 @@ def _depthwise_row_3x3(r0, r1, r2, w, zp, first, last, stride_w, pad_left, dil_w
 
 
 @njit(**JIT)
-def _requantize_row(sums, first, last, bias, rq, zero_point, lo, hi, out, out_sub):
-    oc = sums.shape[1]
-    for ow in range(first, last):
-        for k in range(oc):
-            v = rescale(np.int64(np.int32(sums[ow, k])) + bias[k], k, rq) + zero_point
-            out[ow, k] = np.int32(min(max(v, lo), hi) - out_sub)
-
-
-@njit(**JIT)
 def depthwise(x, x_zp, w, bias, rq, zero_point, lo, hi, out, out_sub, acc, sums,
               stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, depth_mult):
     """Quantized depthwise convolution, NHWC. x: stored values (x_zp their zero point) or values
@@ -179,13 +144,8 @@ def depthwise(x, x_zp, w, bias, rq, zero_point, lo, hi, out, out_sub, acc, sums,
     with multiplier 1 sum a row at a time in float32, then requantize the row: two simple loops that
     both vectorize. Border pixels and other filters go pixel by pixel.
     """
-    n_batch, h, wd, _ = x.shape
-    _, oh_n, ow_n, oc = out.shape
-    fast = w.shape[0] == 3 and w.shape[1] == 3 and depth_mult == 1
-    oh0, oh1 = interior(oh_n, stride_h, pad_top, 2 * dil_h + 1, h)
-    ow0, ow1 = interior(ow_n, stride_w, pad_left, 2 * dil_w + 1, wd)
-    if not fast:
-        oh0, oh1, ow0, ow1 = 0, 0, 0, 0
+    n_batch, oh_n, ow_n, _ = out.shape
+    oh0, oh1, ow0, ow1 = unrolled_region(x, w, out, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, depth_mult)
     zp = np.float32(x_zp)
     for n in range(n_batch):
         for oh in range(oh_n):
@@ -198,7 +158,7 @@ def depthwise(x, x_zp, w, bias, rq, zero_point, lo, hi, out, out_sub, acc, sums,
                 ih = oh * stride_h - pad_top
                 _depthwise_row_3x3(x[n, ih], x[n, ih + dil_h], x[n, ih + 2 * dil_h], w, zp, ow0, ow1,
                                    stride_w, pad_left, dil_w, sums)
-                _requantize_row(sums, ow0, ow1, bias, rq, zero_point, lo, hi, out[n, oh], out_sub)
+                requantize_rows(sums[ow0:ow1], bias, rq, zero_point, lo, hi, out[n, oh, ow0:ow1], out_sub)
 
 
 @njit(**JIT)
@@ -215,26 +175,12 @@ def add(a, b, lut_a, lut_b, offset, mult, left, right, zero_point, lo, hi, out, 
 def pool(x, out, acc, filter_h, filter_w, stride_h, stride_w, pad_top, pad_left, is_max, signed, lo, hi):
     """Quantized average (TFLite's integer rounding: halves up for uint8, away from zero for int8) or
     max pooling over the real elements of each window, NHWC; `acc` an int64 scratch row of C."""
-    n_batch, h, wd, c = x.shape
-    _, oh_n, ow_n, _ = out.shape
+    n_batch, oh_n, ow_n, c = out.shape
     for n in range(n_batch):
         for oh in range(oh_n):
-            h0 = max(oh * stride_h - pad_top, 0)
-            h1 = min(oh * stride_h - pad_top + filter_h, h)
             for ow in range(ow_n):
-                w0 = max(ow * stride_w - pad_left, 0)
-                w1 = min(ow * stride_w - pad_left + filter_w, wd)
-                for k in range(c):
-                    acc[k] = -(1 << 40) if is_max else 0
-                for ih in range(h0, h1):
-                    for iw in range(w0, w1):
-                        if is_max:
-                            for k in range(c):
-                                acc[k] = max(acc[k], x[n, ih, iw, k])
-                        else:
-                            for k in range(c):
-                                acc[k] += x[n, ih, iw, k]
-                count = (h1 - h0) * (w1 - w0)
+                count = pool_window(x, n, oh, ow, filter_h, filter_w, stride_h, stride_w, pad_top, pad_left,
+                                    is_max, -(1 << 40), acc)
                 half = count // 2
                 for k in range(c):
                     v = acc[k]

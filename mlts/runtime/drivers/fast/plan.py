@@ -16,16 +16,14 @@ from typing import Callable
 
 import numpy as np
 
-from ...cpu_executor import constant_array
-from ...enums import OperandLifetime, OperationCode, ResultCode
+from ...hal.types import constant_array
+from ...enums import OperandLifetime, ResultCode
 from ...errors import MltsError
 from ...hal import HalModel
-from .step import ArrayOf, Step, Value
-from .steps_conv import Conv
-from .steps_depthwise import Depthwise
-from .steps_other import Add, Copy, Delegate, FloatRelu, Pool
-from .steps_softmax import FloatSoftmax, QuantSoftmax
-from .support import DATA_INPUTS, static_context, unsupported_reason
+from .operation_table import fast_operation
+from .step import ArrayOf, PlanNode, Step, Value
+from .steps_other import Copy
+from .support import static_context, unsupported_reason
 
 _ALIGN = 64
 _CONSTANT = (OperandLifetime.CONSTANT_COPY, OperandLifetime.CONSTANT_REFERENCE)
@@ -77,43 +75,15 @@ class Plan:
         return v
 
     def _add_operation(self, j: int) -> None:
+        """The operation's step, from its record in the operation table (support was checked)."""
         op = self.model.main.operations[j]
-        ctx = static_context(self.model, j)
-        for k in DATA_INPUTS[op.type]:
+        record = fast_operation(op.type)
+        for k in record.data_inputs:
             if k < len(op.inputs):
                 self._value(op.inputs[k])
         out = op.outputs[0]
         self._value(out)
-        x = op.inputs[0]
-        code = op.type
-        step: Step | None
-        if code in (OperationCode.CONV_2D, OperationCode.FULLY_CONNECTED):
-            step = Conv(j, code, ctx, self.values, x, out)
-        elif code == OperationCode.DEPTHWISE_CONV_2D:
-            step = Depthwise(j, ctx, self.values, x, out)
-        elif code == OperationCode.ADD:
-            step = Add(j, ctx, self.values, x, op.inputs[1], out)
-        elif code in (OperationCode.AVERAGE_POOL_2D, OperationCode.MAX_POOL_2D):
-            step = Pool(j, code, ctx, self.values, x, out)
-        elif code in (OperationCode.RELU, OperationCode.RELU1, OperationCode.RELU6) and not self.values[x].quantized:
-            step = FloatRelu(j, code, x, out)
-        elif code == OperationCode.RESHAPE:
-            if self.values[x].kind == "const":
-                step = Copy(j, code, self.values, x, out, None)
-            else:
-                self.values[out].alias_of = x  # a view: no step at all
-                step = None
-        elif code == OperationCode.TRANSPOSE:
-            perm = (tuple(range(len(self.values[x].shape)))[::-1] if ctx.is_omitted(1)
-                    else tuple(int(p) for p in np.asarray(ctx.input(1)).ravel()))
-            step = Copy(j, code, self.values, x, out, perm)
-        elif code == OperationCode.SOFTMAX and self.values[x].quantized and self._last_axis(ctx, x) \
-                and QuantSoftmax.multiplier(ctx) is not None:
-            step = QuantSoftmax(j, ctx, self.values, x, out, *QuantSoftmax.multiplier(ctx))
-        elif code == OperationCode.SOFTMAX and not self.values[x].quantized and self._last_axis(ctx, x):
-            step = FloatSoftmax(j, ctx, self.values, x, out)
-        else:
-            step = Delegate(j, ctx, self.values, tuple(op.inputs), out)
+        step = record.build(PlanNode(j, op.type, static_context(self.model, j), self.values, tuple(op.inputs), out))
         if step is None:
             return
         index = len(self.steps)
@@ -124,11 +94,6 @@ class Plan:
         if value_range is not None:
             self.values[out].value_range = value_range
         self.steps.append(step)
-
-    def _last_axis(self, ctx, x: int) -> bool:
-        rank = len(self.values[x].shape)
-        axis = int(ctx.scalar(2)) if ctx.num_inputs == 3 and not ctx.is_omitted(2) else -1
-        return axis % rank == rank - 1
 
     def _root(self, index: int) -> int:
         while self.values[index].alias_of is not None:

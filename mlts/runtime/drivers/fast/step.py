@@ -14,6 +14,7 @@ import numpy as np
 
 from ...enums import OperandCode, OperationCode
 from ...operand_type import OperandType
+from ...ops import OperationContext
 from ...ops.common import QUANT8_TYPES
 from ...ops.quant import QUANT_RANGE
 
@@ -90,6 +91,25 @@ class Value:
         return int(np.prod(self.stored_shape, dtype=np.int64)) * self.dtype.itemsize
 
 
+@dataclass(frozen=True)
+class PlanNode:
+    """One operation of the model as a step builder sees it: its index in the main subgraph, its
+    context as at preparation (types, constant values), its operands, and the plan's values so far
+    (its data inputs and its output included)."""
+
+    index: int
+    code: OperationCode
+    ctx: OperationContext
+    values: dict[int, Value]
+    inputs: tuple[int, ...]
+    out: int
+
+    @property
+    def x(self) -> int:
+        """The operation's first input (its data input, for every operation but ADD's second)."""
+        return self.inputs[0]
+
+
 class Step:
     """One operation of the plan. Subclasses set `reads`/`writes` (non-constant operands) and `label`."""
 
@@ -152,10 +172,3 @@ def bound_call(kernel, *args) -> Bound:
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
-
-
-def f32(x: float) -> np.float32:
-    return np.float32(x)
-
-
-FLOAT_UNBOUNDED = (np.float32(-np.inf), np.float32(np.inf))

@@ -18,7 +18,8 @@ from ...enums import OperationCode
 from ...ops import OperationContext
 from ...ops import _conv_common as cc
 from ...ops.quant import INT32_MAX, INT32_MIN, QUANT_RANGE, float_activation_range, quantized_activation_range
-from .step import F32, F64, ArrayOf, Bound, Step, Value, bound_call
+from .operation_table import nhwc_only, register_fast
+from .step import F32, F64, ArrayOf, Bound, PlanNode, Step, Value, bound_call
 
 PER_CHANNEL = cc.PER_CHANNEL
 #: bytes of one im2col patch matrix chunk, and of one block of GEMM results
@@ -89,10 +90,10 @@ class Conv(Step):
     writes_centred = True
     writes_padded = True
 
-    def __init__(self, j: int, code: OperationCode, ctx: OperationContext, values: dict[int, Value],
-                 x: int, out: int) -> None:
-        super().__init__(j, code, (x,), (out,))
-        self.x, self.out = x, out
+    def __init__(self, node: PlanNode) -> None:
+        code, ctx, values, x = node.code, node.ctx, node.values, node.x
+        super().__init__(node.index, code, (x,), (node.out,))
+        self.x, self.out = x, node.out
         self.quantized = values[x].quantized
         w = centred_filter(ctx) if self.quantized else np.asarray(ctx.input(1), dtype=np.float32)
         if code == OperationCode.FULLY_CONNECTED:
@@ -329,3 +330,8 @@ def _requantize_general(acc: np.ndarray, bias: np.ndarray, mult: np.ndarray, shi
     v += zero_point - out_sub
     np.clip(v, lo - out_sub, hi - out_sub, out=v)
     np.copyto(out, v, casting="unsafe")
+
+
+register_fast(OperationCode.CONV_2D, data_inputs=(0,), build=Conv,
+              supports=lambda ctx: nhwc_only(ctx, cc.conv_layout(ctx, depthwise=False).layout))
+register_fast(OperationCode.FULLY_CONNECTED, data_inputs=(0,), build=Conv)

@@ -13,8 +13,10 @@ import numpy as np
 from ...enums import OperationCode
 from ...ops import OperationContext
 from ...ops import _conv_common as cc
+from ...ops.common import QUANT8_TYPES
 from ...ops.quant import quantized_activation_range
-from .step import F32, F64, ArrayOf, Bound, Shape, Step, Value, bound_call
+from .operation_table import nhwc_only, register_fast
+from .step import F32, F64, ArrayOf, Bound, PlanNode, Shape, Step, Value, bound_call
 from .steps_conv import Requantizer, centred_filter, float_bounds
 
 
@@ -23,8 +25,9 @@ class Depthwise(Step):
 
     writes_centred = True
 
-    def __init__(self, j: int, ctx: OperationContext, values: dict[int, Value], x: int, out: int) -> None:
-        super().__init__(j, OperationCode.DEPTHWISE_CONV_2D, (x,), (out,))
+    def __init__(self, node: PlanNode) -> None:
+        ctx, values, x, out = node.ctx, node.values, node.x, node.out
+        super().__init__(node.index, OperationCode.DEPTHWISE_CONV_2D, (x,), (out,))
         self.x, self.out = x, out
         lay = cc.conv_layout(ctx, depthwise=True)
         _, h, wd, _ = values[x].shape
@@ -90,3 +93,14 @@ class Depthwise(Step):
 
         return bound_call(qdepthwise, x, self.x_sub, w, bias, self.rq, self.zero_point, lo, hi, out, self.out_sub,
                           acc, scratch[1], sh, sw, pt, pl, dh, dw, mult)
+
+
+def _supports(ctx: OperationContext) -> str | None:
+    """NHWC, and for 8-bit operands an accumulator range the vectorized int32 rescale takes."""
+    reason = nhwc_only(ctx, cc.conv_layout(ctx, depthwise=True).layout)
+    if reason is None and ctx.input_code(0) in QUANT8_TYPES and not Requantizer.applicable(ctx, depthwise=True):
+        return "accumulator range beyond the vectorized int32 rescale"
+    return reason
+
+
+register_fast(OperationCode.DEPTHWISE_CONV_2D, data_inputs=(0,), build=Depthwise, supports=_supports)

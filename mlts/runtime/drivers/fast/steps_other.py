@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...enums import OperationCode, ResultCode
+from ...enums import OperandCode, OperationCode, ResultCode
 from ...ops import OperationContext, get_operation
-from ...ops._pool_common import pool_params
-from ...ops.arithmetic import ADD_LEFT_SHIFT
-from ...ops.quant import (QUANT_RANGE, multiply_by_quantized_multiplier, quantize_multiplier,
-                          quantized_activation_range)
-from .step import ArrayOf, Bound, Shape, Step, Value, bound_call
+from ...ops._pool_common import pool_layout, pool_params
+from ...ops.arithmetic import add_rescale, rescaled_add_input
+from ...ops.quant import QUANT_RANGE, quantized_activation_range
+from .operation_table import FLOAT, QUANT, nhwc_only, register_fast
+from .step import ArrayOf, Bound, PlanNode, Shape, Step, bound_call
 from .steps_conv import float_bounds
 
-
-def _f32(x: float) -> float:
-    return float(np.float32(x))
+DEQUANTIZE_INPUTS = QUANT | {OperandCode.TENSOR_QUANT8_SYMM, OperandCode.TENSOR_QUANT8_SYMM_PER_CHANNEL}
 
 
 class Add(Step):
@@ -28,9 +26,10 @@ class Add(Step):
 
     writes_centred = True
 
-    def __init__(self, j: int, ctx: OperationContext, values: dict[int, Value], a: int, b: int, out: int) -> None:
+    def __init__(self, node: PlanNode) -> None:
+        ctx, values, (a, b), out = node.ctx, node.values, node.inputs[:2], node.out
         reads = tuple(i for i in (a, b) if values[i].kind != "const")
-        super().__init__(j, OperationCode.ADD, reads, (out,))
+        super().__init__(node.index, OperationCode.ADD, reads, (out,))
         self.a, self.b, self.out = a, b, out
         fuse = int(ctx.scalar(2))
         self.quantized = values[out].quantized
@@ -39,16 +38,13 @@ class Add(Step):
             self.label = "float32"
             return
         ta, tb, to = ctx.input_type(0), ctx.input_type(1), ctx.output_type(0)
-        sa, sb, so = _f32(ta.scale), _f32(tb.scale), _f32(to.scale)
-        twice_max_scale = 2.0 * max(sa, sb)
-        m1, s1 = quantize_multiplier(sa / twice_max_scale)
-        m2, s2 = quantize_multiplier(sb / twice_max_scale)
-        mo, shift = quantize_multiplier(twice_max_scale / ((1 << ADD_LEFT_SHIFT) * so))
+        rescale = add_rescale(ta, tb, to)
+        mo, shift = rescale.output
         qmin, qmax = QUANT_RANGE[to.code]
         stored = np.arange(qmin, qmax + 1, dtype=np.int64)
         # Each input's rescaled, shifted value depends on its 256 possible stored values only.
-        self.lut_a = multiply_by_quantized_multiplier((stored - ta.zero_point) << ADD_LEFT_SHIFT, m1, s1)
-        self.lut_b = multiply_by_quantized_multiplier((stored - tb.zero_point) << ADD_LEFT_SHIFT, m2, s2)
+        self.lut_a = rescaled_add_input(stored, ta.zero_point, *rescale.input_a)
+        self.lut_b = rescaled_add_input(stored, tb.zero_point, *rescale.input_b)
         self.offset = -qmin
         self.mult, self.left, self.right = int(mo), max(int(shift), 0), max(-int(shift), 0)
         self.zero_point = int(to.zero_point)
@@ -71,10 +67,10 @@ class Add(Step):
 class Pool(Step):
     """AVERAGE_POOL_2D / MAX_POOL_2D, NHWC, in one compiled pass."""
 
-    def __init__(self, j: int, code: OperationCode, ctx: OperationContext, values: dict[int, Value],
-                 x: int, out: int) -> None:
-        super().__init__(j, code, (x,), (out,))
-        self.x, self.out = x, out
+    def __init__(self, node: PlanNode) -> None:
+        code, ctx, values, x = node.code, node.ctx, node.values, node.x
+        super().__init__(node.index, code, (x,), (node.out,))
+        self.x, self.out = x, node.out
         p = pool_params(ctx)
         self.is_max = code == OperationCode.MAX_POOL_2D
         self.params = (p.filter_h, p.filter_w, p.stride_h, p.stride_w, p.pad_top, p.pad_left)
@@ -108,10 +104,10 @@ class FloatRelu(Step):
 
     BOUNDS = {OperationCode.RELU: (0.0, None), OperationCode.RELU1: (-1.0, 1.0), OperationCode.RELU6: (0.0, 6.0)}
 
-    def __init__(self, j: int, code: OperationCode, x: int, out: int) -> None:
-        super().__init__(j, code, (x,), (out,))
-        self.x, self.out = x, out
-        self.lo, self.hi = self.BOUNDS[code]
+    def __init__(self, node: PlanNode) -> None:
+        super().__init__(node.index, node.code, (node.x,), (node.out,))
+        self.x, self.out = node.x, node.out
+        self.lo, self.hi = self.BOUNDS[node.code]
 
     def bind(self, array: ArrayOf, scratch: list[np.ndarray]) -> Bound:
         x, out = array(self.x), array(self.out)
@@ -129,10 +125,10 @@ class FloatRelu(Step):
 class Copy(Step):
     """RESHAPE that cannot be a view (a constant input), and TRANSPOSE: one strided copy."""
 
-    def __init__(self, j: int, code: OperationCode, values: dict[int, Value], x: int, out: int,
-                 perm: tuple[int, ...] | None) -> None:
-        super().__init__(j, code, (x,) if values[x].kind != "const" else (), (out,))
-        self.x, self.out, self.perm = x, out, perm
+    def __init__(self, node: PlanNode, perm: tuple[int, ...] | None) -> None:
+        x = node.x
+        super().__init__(node.index, node.code, (x,) if node.values[x].kind != "const" else (), (node.out,))
+        self.x, self.out, self.perm = x, node.out, perm
         self.label = "copy" if perm is None else f"perm {list(perm)}"
 
     def bind(self, array: ArrayOf, scratch: list[np.ndarray]) -> Bound:
@@ -148,13 +144,13 @@ class Copy(Step):
 class Delegate(Step):
     """A small operation run by the reference kernel on the workspace arrays, result copied out."""
 
-    def __init__(self, j: int, ctx: OperationContext, values: dict[int, Value], operands: tuple[int, ...],
-                 out: int) -> None:
-        reads = tuple(i for i in operands if i in values and values[i].kind != "const")
-        super().__init__(j, ctx.code, reads, (out,))
-        self.static = ctx
-        self.operands = operands
-        self.out = out
+    def __init__(self, node: PlanNode) -> None:
+        values = node.values
+        reads = tuple(i for i in node.inputs if i in values and values[i].kind != "const")
+        super().__init__(node.index, node.ctx.code, reads, (node.out,))
+        self.static = node.ctx
+        self.operands = node.inputs
+        self.out = node.out
         self.label = "reference kernel"
 
     def bind(self, array: ArrayOf, scratch: list[np.ndarray]) -> Bound:
@@ -174,3 +170,48 @@ class Delegate(Step):
         def run() -> None:
             copyto(out, impl.execute(ctx)[0].reshape(out.shape), casting="no")
         return run
+
+
+# -- registrations ---------------------------------------------------------------------------------
+def _same_shapes(ctx: OperationContext) -> str | None:
+    """ADD without broadcasting: both inputs of the output's shape."""
+    shapes = {ctx.input_type(0).dimensions, ctx.input_type(1).dimensions, ctx.output_type(0).dimensions}
+    return None if len(shapes) == 1 else "broadcasting"
+
+
+def _nhwc_pool(ctx: OperationContext) -> str | None:
+    return nhwc_only(ctx, pool_layout(ctx).layout)
+
+
+def _relu(node: PlanNode) -> Step:
+    """Float RELU* compiled; quantized ones run by the reference kernel."""
+    return Delegate(node) if node.values[node.x].quantized else FloatRelu(node)
+
+
+def _reshape(node: PlanNode) -> Step | None:
+    """A view of its input (no step at all), or a copy of a constant input."""
+    if node.values[node.x].kind == "const":
+        return Copy(node, None)
+    node.values[node.out].alias_of = node.x
+    return None
+
+
+def _transpose(node: PlanNode) -> Step:
+    ctx = node.ctx
+    perm = (tuple(range(len(node.values[node.x].shape)))[::-1] if ctx.is_omitted(1)
+            else tuple(int(p) for p in np.asarray(ctx.input(1)).ravel()))
+    return Copy(node, perm)
+
+
+register_fast(OperationCode.ADD, data_inputs=(0, 1), build=Add, supports=_same_shapes)
+register_fast(OperationCode.AVERAGE_POOL_2D, data_inputs=(0,), build=Pool, supports=_nhwc_pool)
+register_fast(OperationCode.MAX_POOL_2D, data_inputs=(0,), build=Pool, supports=_nhwc_pool)
+register_fast(OperationCode.RELU, data_inputs=(0,), build=_relu)
+register_fast(OperationCode.RELU1, data_inputs=(0,), build=_relu)
+register_fast(OperationCode.RELU6, data_inputs=(0,), build=_relu)
+register_fast(OperationCode.RESHAPE, data_inputs=(0,), build=_reshape)
+register_fast(OperationCode.TRANSPOSE, data_inputs=(0,), build=_transpose)
+register_fast(OperationCode.MEAN, data_inputs=(0,), build=Delegate)
+register_fast(OperationCode.QUANTIZE, data_inputs=(0,), build=Delegate, input_types=FLOAT, output_types=QUANT)
+register_fast(OperationCode.DEQUANTIZE, data_inputs=(0,), build=Delegate, input_types=DEQUANTIZE_INPUTS,
+              output_types=FLOAT)

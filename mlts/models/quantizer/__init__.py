@@ -1,0 +1,45 @@
+"""Post-training quantization of float ONNX models into QDQ ONNX models (NNAPI's 8-bit schemes).
+
+`quantize_model(float_model, calibration_inputs, scheme=..., calibration=...)` runs the float
+graph over calibration inputs with onnx.reference (`Evaluator`, with a faster Conv; no
+onnxruntime needed), collects the range of every activation that gets quantized, and returns a
+QDQ model: QuantizeLinear/DequantizeLinear pairs around float operations, the format onnxruntime
+and the mlts importer understand. Quantized values follow NNAPI: real = (q - zero_point) * scale.
+
+Schemes
+- "uint8": uint8 activations (asymmetric; the range always includes 0) and per-tensor
+  asymmetric uint8 weights: NNAPI's TENSOR_QUANT8_ASYMM models.
+- "int8": int8 activations (asymmetric, TENSOR_QUANT8_ASYMM_SIGNED) and per-channel symmetric
+  int8 convolution weights (zero point 0, one scale per output channel, axis 0 of OIHW):
+  TENSOR_QUANT8_SYMM_PER_CHANNEL. Fully-connected (Gemm) weights stay per-tensor symmetric int8
+  unless `per_channel_fc=True`, because NNAPI's FULLY_CONNECTED has no per-channel filters.
+- Biases: int32, scale = input scale x weight scale (per channel where the weights are),
+  zero point 0, as DequantizeLinear(int32 bias).
+
+Graph rules (what the NNAPI quantized operations require)
+- Conv (or Gemm) followed by its only consumer Relu/Clip is fused: DQ -> Conv -> Clip -> Q, the
+  activation's output range sets the output quantization (NNAPI keeps the fused RELU6 through it).
+- Add (residuals): both inputs and the output are quantized.
+- Pooling and reshaping (GlobalAveragePool, AveragePool, MaxPool, Flatten, Reshape, Identity)
+  keep their input's scale and zero point, as NNAPI requires for them.
+- Softmax outputs have scale 1/256 and zero point 0 (uint8) or -128 (int8).
+- The graph input keeps its name and shape, becomes uint8/int8 with scale 1/127.5 and zero point
+  128 (int8: 0) followed by DequantizeLinear, so the model takes quantized images directly;
+  graph outputs keep their names and become the quantized tensors.
+
+Modules: qparams (scale/zero-point arithmetic), evaluator and conv (running graphs), calibration
+(activation ranges), parameters (which parameters each tensor gets), rewrite (the QDQ graph),
+quantize (the entry point), report (inspection and float/quantized comparison).
+"""
+from .calibration import CALIBRATIONS, collect_ranges
+from .evaluator import Evaluator
+from .qparams import (INPUT_SCALE, SOFTMAX_SCALE, QParams, choose_qparams, dequantize_array, quantize_array,
+                      symmetric_scales)
+from .quantize import QUANT_OPSET, SCHEMES, quantize_model
+from .report import input_qparams, output_qparams, quantization_report
+
+__all__ = [
+    "CALIBRATIONS", "INPUT_SCALE", "QUANT_OPSET", "SCHEMES", "SOFTMAX_SCALE", "Evaluator", "QParams",
+    "choose_qparams", "collect_ranges", "dequantize_array", "input_qparams", "output_qparams",
+    "quantization_report", "quantize_array", "quantize_model", "symmetric_scales",
+]

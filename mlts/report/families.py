@@ -1,0 +1,79 @@
+"""Benchmark rows grouped the way the report reads them: by model family (MobileNet v1, v2, ...; float or
+quantized), then by model, reference first; the results, latency and partition sections all follow
+this grouping, so a model sits in the same place in each.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .formatting import as_dict
+from .rows import Row, mode_order
+from .svg import percentile_svg
+
+OTHER_MODELS = "Other models"
+_MOBILENET = re.compile(r"mobilenet[_-]?(v\d)", re.IGNORECASE)
+
+
+def family_of(record: dict) -> tuple[str, bool]:
+    """(family, quantized) of a record's model: model_info when the runner filled it, else the zoo's naming."""
+    info = as_dict(record.get("model_info"))
+    name = str(record.get("model", ""))
+    fam = str(info.get("family") or "")
+    m = _MOBILENET.search(fam) or _MOBILENET.search(name)
+    family = f"MobileNet {m.group(1).lower()}" if m else (fam or OTHER_MODELS)
+    if "quantization" in info:
+        q = info.get("quantization")
+        quantized = bool(q) and str(q).lower() not in ("none", "float32", "float", "float16")
+    else:
+        quantized = "_quant" in name
+    return family, quantized
+
+
+@dataclass
+class ModelGroup:
+    model: str
+    rows: list[Row]
+    percentile_chart: Any = None
+    modes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Family:
+    name: str
+    quantized: bool
+    anchor: str
+    models: list[ModelGroup]
+
+    @property
+    def title(self) -> str:
+        return f"{self.name} · {'quantized' if self.quantized else 'float'}"
+
+
+def group_families(rows: list[Row], machine_order: list[tuple]) -> list[Family]:
+    """The rows by family and model, each model's rows ordered and given its percentile chart."""
+    families: dict[tuple[str, bool], Family] = {}
+    groups: dict[str, ModelGroup] = {}
+    for row in rows:
+        fam_name, quant = family_of(row.record)
+        fam = families.get((fam_name, quant))
+        if fam is None:
+            slug = f"{fam_name}-{'quant' if quant else 'float'}".lower()
+            anchor = "family-" + re.sub(r"[^a-z0-9]+", "-", slug).strip("-")
+            fam = families[(fam_name, quant)] = Family(name=fam_name, quantized=quant, anchor=anchor, models=[])
+        group = groups.get(row.model)
+        if group is None:
+            group = groups[row.model] = ModelGroup(model=row.model, rows=[])
+            fam.models.append(group)
+        group.rows.append(row)
+    for group in groups.values():
+        # Reference first, then each driver: per mode/preference, per machine, drivers in run order.
+        order = {id(r): i for i, r in enumerate(group.rows)}
+        group.rows.sort(key=lambda r: (mode_order(r.mode), r.preference, machine_order.index(r.machine.key),
+                                       not r.is_reference, order[id(r)]))
+        group.modes = sorted({r.mode for r in group.rows}, key=mode_order)
+        chart_rows = [(r.lane + ("" if len(group.modes) == 1 else f" ({r.mode})"), r.latency, r.is_reference)
+                      for r in group.rows if r.ok]
+        group.percentile_chart = percentile_svg(chart_rows, title=f"{group.model}: latency percentiles")
+    return sorted(families.values(), key=lambda f: (f.name == OTHER_MODELS, f.name, f.quantized))

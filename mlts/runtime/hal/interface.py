@@ -1,0 +1,118 @@
+"""The interfaces a driver implements (NNAPI's IDevice, IPreparedModel, IBurst, IExecutionCallback).
+
+Only the contract lives here: every method is abstract. The default behaviour most drivers want
+(asynchronous runs on a thread, bursts and fenced runs over synchronous ones, "not supported" answers)
+is in `mlts.runtime.drivers.base`, which the public `Driver` and `PreparedModel` classes come from.
+The runtime checks drivers and prepared models against these interfaces, never against the base classes.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Sequence
+
+from ..enums import DeviceType, FeatureLevel, Preference, Priority
+from .types import (AllocatedBuffer, BufferDesc, BufferRole, CacheHandles, Capabilities, ExecutionResult,
+                    HalModel, Request)
+
+
+class IExecutionCallback(abc.ABC):
+    """The driver's completion notification of an asynchronous execution."""
+
+    @abc.abstractmethod
+    def notify(self, result: ExecutionResult) -> None:
+        ...
+
+    @abc.abstractmethod
+    def wait(self, timeout: float | None = None) -> ExecutionResult | None:
+        """The result, or None if it has not come within `timeout` seconds."""
+
+
+class IBurst(abc.ABC):
+    """Server side of a burst: serves a sequence of requests for one prepared model."""
+
+    @abc.abstractmethod
+    def execute(self, request: Request, measure: bool, deadline: float | None,
+                loop_timeout_ns: int) -> ExecutionResult:
+        ...
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        ...
+
+
+class IPreparedModel(abc.ABC):
+    """A model prepared by one driver; used by many executions, possibly concurrently. No method raises:
+    failures are reported through the result's `status`."""
+
+    @abc.abstractmethod
+    def execute_synchronously(self, request: Request, measure: bool, deadline: float | None,
+                              loop_timeout_ns: int) -> ExecutionResult:
+        """Run one request."""
+
+    @abc.abstractmethod
+    def execute(self, request: Request, measure: bool, deadline: float | None,
+                loop_timeout_ns: int) -> IExecutionCallback:
+        """Asynchronous execution: returns at once; the callback is notified on completion."""
+
+    @abc.abstractmethod
+    def configure_execution_burst(self) -> IBurst:
+        ...
+
+    @abc.abstractmethod
+    def execute_fenced(self, request: Request, wait_for: Sequence[int], measure: bool, deadline: float | None,
+                       loop_timeout_ns: int, timeout_after_fence_ns: int | None) -> ExecutionResult:
+        """Fenced execution (NNAPI's IPreparedModel::executeFenced).
+
+        `wait_for` are sync fence descriptors (readable = signalled): the request's inputs must not be
+        read before all of them are signalled, since whoever signals them may still be writing the inputs.
+        `deadline` (absolute, time.monotonic()) bounds the whole call, the wait included;
+        `timeout_after_fence_ns` (None: none) bounds the run after the fences signalled; a deadline missed
+        while waiting, or the timeout after the fences exceeded, is MISSED_DEADLINE_TRANSIENT. With
+        `measure`, `timing` is timingLaunched (call to end) and `fenced_timing` timingFenced (fences
+        signalled to end), NO_TIMING otherwise.
+        """
+
+
+class IDevice(abc.ABC):
+    """A device driver: its identity attributes and the calls the runtime makes."""
+
+    name: str = "unnamed-driver"
+    version: str = "0.0"
+    feature_level: int = FeatureLevel.LEVEL_8
+    device_type: DeviceType = DeviceType.OTHER
+    #: "in-process" or "service" (out-of-process hosting, see the drivers issue)
+    hosting: str = "in-process"
+
+    @abc.abstractmethod
+    def get_capabilities(self) -> Capabilities:
+        ...
+
+    @abc.abstractmethod
+    def get_supported_operations(self, model: HalModel) -> list[bool]:
+        """One flag per operation of `model.main`, in order. Must validate the model first."""
+
+    @abc.abstractmethod
+    def prepare_model(self, model: HalModel, preference: Preference, priority: Priority,
+                      deadline: float | None, cache: CacheHandles | None) -> IPreparedModel:
+        """Compile `model`; raise MltsError on failure (the runtime turns it into a ResultCode)."""
+
+    @abc.abstractmethod
+    def get_supported_extensions(self) -> list[str]:
+        ...
+
+    @abc.abstractmethod
+    def get_number_of_cache_files_needed(self) -> tuple[int, int]:
+        """(model cache files, data cache files); (0, 0) = caching not supported."""
+
+    @abc.abstractmethod
+    def prepare_model_from_cache(self, deadline: float | None, cache: CacheHandles) -> IPreparedModel:
+        ...
+
+    @abc.abstractmethod
+    def allocate(self, desc: BufferDesc, prepared_models: Sequence[IPreparedModel],
+                 input_roles: Sequence[BufferRole], output_roles: Sequence[BufferRole]) -> AllocatedBuffer:
+        """Memory domains: allocate an opaque buffer for these roles on models this driver prepared."""
+
+    @abc.abstractmethod
+    def wait_for_ready(self) -> None:
+        """Block until the driver answers (services); in-process drivers are always ready."""
