@@ -43,3 +43,7 @@ def error_from_exception(exc: BaseException, where: str) -> MltsError:
     if isinstance(exc, MemoryError):
         return MltsError(ResultCode.OUT_OF_MEMORY, f"{where}: out of memory")
     return MltsError(ResultCode.OP_FAILED, f"{where}: {type(exc).__name__}: {exc}")
+
+
+class ExecutionAborted(MltsError):
+    """A run stopped at a checkpoint (deadline passed, or pre-empted by a higher priority run)."""

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .enums import ResultCode
-from .errors import MltsError, bad_data
+from .errors import ExecutionAborted, MltsError, bad_data
+from .hal import ExecutionResult
 
 DEFAULT_MAX_QUEUED = 1024  # executions held off at once before a device reports itself busy
 ESTIMATE_WINDOW = 8  # recent runs the running average is taken over
@@ -324,8 +325,6 @@ class ProgressCheckpoint:
         return yielded_seconds() - self._yielded_at_start
 
     def __call__(self) -> None:
-        from .cpu.executor import ExecutionAborted
-
         if self.outer is not None:
             self.outer()
         if self.deadline is not None:
@@ -401,8 +400,6 @@ def predicted_run(estimate: RunTimeEstimate, driver: Any, operations: int, deadl
     """One execution under the driver's predictor: refused before starting when it will miss its deadline,
     run with a ProgressCheckpoint otherwise; a successful run's own time (without time yielded to
     other work) goes into the estimate."""
-    from .hal import ExecutionResult
-
     expected = estimate.value
     load = load_of(driver)
     why = refusal(expected, load.pending(), deadline, what)

@@ -13,7 +13,7 @@ normalized on calibration images like batch norm folded into the weights (one sc
 the classifier reads the features' principal components, with balanced classes.
 
 onnxruntime runs the quantized models twice: without graph optimizations (ONNX's QDQ semantics:
-float ops between QuantizeLinear/DequantizeLinear, what the numpy evaluator does too) and with
+float ops between QuantizeLinear/DequantizeLinear, what the quantizer's evaluator does too) and with
 them (fused integer kernels, as deployed). On x86 CPUs without VNNI its fused int8 x int8 kernels
 saturate int16 pair sums (vpmaddubsw), which costs the int8 models 10-20 points of agreement
 there; that check is skipped on such CPUs, and `reduce_range=True` (7-bit weights) avoids it.
@@ -136,7 +136,7 @@ _FLOAT_OUTPUTS: dict = {}
 
 
 def float_outputs(key: str, count: int) -> np.ndarray:
-    """The float model's probabilities on the first `count` held-out images (numpy evaluator)."""
+    """The float model's probabilities on the first `count` held-out images (quantizer's evaluator)."""
     if (key, count) not in _FLOAT_OUTPUTS:
         imgs = images("heldout", MODELS[key][2], count)
         _FLOAT_OUTPUTS[key, count] = Evaluator(float_model(key)).run(to_float_input(imgs))["probabilities"]
@@ -261,7 +261,7 @@ def test_preprocess():
 
 
 # ---------------------------------------------------------------------------------------------
-# The numpy evaluator against onnxruntime
+# The quantizer's evaluator against onnxruntime
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("key", list(MODELS))
@@ -478,7 +478,7 @@ def test_quantized_model_agrees_with_float(key, scheme):
     fused, _, _ = _agreement(key, q, optimize=True)
     if scheme == "uint8" or not _x86_without_vnni():
         assert fused >= 0.9
-    # The numpy evaluator runs the QDQ graph like unfused onnxruntime, up to float rounding at
+    # The quantizer's evaluator runs the QDQ graph like unfused onnxruntime, up to float rounding at
     # the quantizers (a value on a rounding boundary may flip one step and propagate).
     yq_np = Evaluator(q).run(xq)["probabilities"]
     assert np.mean(yq_np.argmax(1) == yq_plain.argmax(1)) >= 0.95

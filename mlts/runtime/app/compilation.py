@@ -12,6 +12,7 @@ from .fallbacks import FallbackEvent, record_fallback
 from .execution_plan import ExecutionPlan, Step, log as plan_log, partition
 from .compilation_cache import CacheReport, prepare_with_cache, summary_status
 from ..hal import HalModel, IPreparedModel, deadline_from_timeout
+from ..hal.validation import check_priority
 from .manager import Device, check_device_list, devices as all_devices
 from .model import Model
 
@@ -64,8 +65,6 @@ class Compilation:
     def set_priority(self, priority: Priority) -> None:
         """Relative to this client's other compilations: honoured by each device's queue (mlts.runtime.qos)."""
         self._check_not_finished("set_priority")
-        from ..hal.validation import check_priority
-
         self.priority = check_priority(priority, "set_priority")
 
     def set_timeout(self, duration_ns: int) -> None:

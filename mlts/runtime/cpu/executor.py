@@ -14,17 +14,12 @@ import numpy as np
 
 from .. import vlog
 from ..enums import OperandLifetime, ResultCode
-from ..errors import MltsError, error_from_exception
+from ..errors import ExecutionAborted, MltsError, error_from_exception
 from ..hal import HalModel, Subgraph
 from ..hal.types import constant_array
 from ..operand_type import OperandType
 from ..ops import OperationContext, get_operation
 from ..ops.base import SubgraphRunner
-
-
-class ExecutionAborted(MltsError):
-    """A run stopped at a checkpoint (deadline passed, or pre-empted by a higher priority run)."""
-
 
 
 class _GraphRunner(SubgraphRunner):

@@ -11,9 +11,9 @@ from typing import Callable, Iterable
 import numpy as np
 
 from .. import qos, vlog
-from ..cpu.executor import ExecutionAborted, PreparedGraph
+from ..cpu.executor import PreparedGraph
 from ..enums import DeviceType, NO_TIMING, OperandCode, OperationCode, Preference, Priority, ResultCode
-from ..errors import MltsError
+from ..errors import ExecutionAborted, MltsError
 from ..hal import (AllocatedBuffer, BufferDesc, BufferRole, CacheHandles, Capabilities, ExecutionResult, HalModel,
                    OutputShape, Request, Timing, failed_result)
 from .base import Driver, PreparedModel

@@ -28,6 +28,7 @@ from ..enums import ResultCode
 from ..errors import MltsError
 from ..hal.memory import Memory
 from ..hal.sync_fence import close_fds
+from ..hal.validation import validate_fence_fds
 from .channel import Channel, ChannelClosed, socket_pair
 from .pools import PoolExporter, ScratchPools
 from .protocol import Call, Reply
@@ -307,8 +308,6 @@ class Connection:
 
 def _dup_fences(fences: Sequence[int], call: str) -> list[int]:
     """Duplicates of a call's sync fences, to send (closed after sending); BAD_DATA naming a bad one."""
-    from ..hal.validation import validate_fence_fds
-
     if not fences:  # every call but execute_fenced
         return []
     dups: list[int] = []
