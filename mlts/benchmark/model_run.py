@@ -1,5 +1,6 @@
 """The cases of one model in a benchmark run: loaded once, its nnapi-reference outputs computed once, each
-case checked for support, compiled, timed (in slices with --repeat) and scored, and its record written.
+case checked for support, compiled (the first compilation for its devices timed apart: compile_timing),
+timed (in slices with --repeat) and scored, and its record written.
 `BenchmarkRunner` (runner.py) drives one ModelRun per model and the later passes over pending cases; a
 ModelRun sees its runner only as a `RunHost`."""
 from __future__ import annotations
@@ -8,6 +9,7 @@ import hashlib
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -19,9 +21,11 @@ from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
 
 from .accuracy import AccuracyAccumulator
 from .case_info import driver_times, partition_info
+from .compile_timing import FirstCompilations, compile_steady
 from .conditions import CaseWindow, busy_note
 from .inference import (HELDOUT_SPLIT, TIMING_IMAGE_INDEX, HeldOutImages, Inference, digest, file_digest, model_inputs,
                         stage)
+from .op_profile import PROFILE_RUNS, profile_case
 from .progress import Progress, RssSampler, RunSummary
 from .record_schema import BenchmarkRecord
 from .reference_cache import load_reference, reference_path, save_reference
@@ -59,6 +63,8 @@ class RunHost(Protocol):
     pinning: ThreadPinning | None
     #: cases whose later slices (--repeat) are still to come; a ModelRun appends its own
     pending: list[PendingCase]
+    #: the (model, devices) compiled so far in the run: the first compilation of each is timed apart
+    first_compilations: FirstCompilations
 
 
 class ModelRun:
@@ -211,6 +217,7 @@ class ModelRun:
             c = Compilation.for_devices(self.imported.model, [get_device(REFERENCE_DEVICE_NAME)])
             c.set_preference(self.runner.preference)
             c.finish()
+            self.runner.first_compilations.mark(self.name, [REFERENCE_DEVICE_NAME])
             tick()
             infer = Inference(c, "sync", False)
             outputs = []
@@ -305,6 +312,11 @@ class ModelRun:
         c.finish()
         return c, (time.perf_counter() - t) * 1000.0
 
+    def _compile_timed(self, devices: list, tick: Tick) -> tuple[Compilation, dict]:
+        """The case's compilation and its `compilation_ms`, one-time costs apart (compile_timing)."""
+        return compile_steady(lambda: self._compile(devices), self.runner.first_compilations, self.name, devices,
+                              tick)
+
     def _cache_measurements(self, devices: list, tick: Tick) -> tuple[dict, dict] | None:
         """As MLTS: a compilation that saves to an empty cache, then one that prepares from it, and the
         cache's size; None when no device of the case caches. Returns (compilation_ms fields, cache)."""
@@ -330,9 +342,8 @@ class ModelRun:
         infer = None
         stuck = False
         try:
-            compilation, compile_ms = guard.run("compiling", lambda _tick: self._compile(devices), devices,
-                                                nnapi_deadline=single)
-            rec.compilation_ms = {"without_cache": compile_ms, "save_to_cache": None, "with_cache": None}
+            compilation, rec.compilation_ms = guard.run("compiling", lambda tick: self._compile_timed(devices, tick),
+                                                        devices, nnapi_deadline=single)
             rec.partition = partition_info(compilation)
             if cfg.compile_with_cache:
                 cached = guard.run("compiling with the cache", lambda tick: self._cache_measurements(devices, tick),
@@ -350,6 +361,8 @@ class ModelRun:
             rec.accuracy = guard.run("scoring accuracy",
                                      lambda tick: self._accuracy(infer, devices, mode, reference, tick), devices,
                                      waiting_on=inference_waiting_on(len(self.inputs), "image"), nnapi_deadline=single)
+            guard.run("profiling the operations", partial(profile_case, rec, compilation, [self.timing_input]),
+                      devices, waiting_on=inference_waiting_on(PROFILE_RUNS, "profiled run"))
             if cfg.repeat > 1:  # the other slices come in later passes over every case (BenchmarkRunner.run)
                 return PendingCase(self, rec, infer, devices, mode, m)
         except _CaseError as e:

@@ -107,9 +107,8 @@ class _PairedModelRun(ModelRun):
                     rec.extra["partitioned"] = {"driver": devices[0].name, "with": REFERENCE_DEVICE_NAME}
             everything = [d for devices in sides for d in devices]
             for rec, devices in zip(recs, sides):
-                compilation, ms = self.watchdog.run(f"compiling for {rec.driver}",
-                                                    lambda _tick, dv=devices: self._compile(dv), devices)
-                rec.compilation_ms = {"without_cache": ms, "save_to_cache": None, "with_cache": None}
+                compilation, rec.compilation_ms = self.watchdog.run(
+                    f"compiling for {rec.driver}", lambda tick, dv=devices: self._compile_timed(dv, tick), devices)
                 infers.append(Inference(compilation, mode, self.cfg.measure_timing, self.cfg.timeout_s))
             m = self.watchdog.run(f"running {' and '.join(names)} in pairs ({mode})",
                                   lambda tick: self._pairs(infers, tick), everything,

@@ -74,13 +74,15 @@ class BenchmarkRecord:
     timestamp: str | None = None
     model_info: dict = field(default_factory=dict)
     compilation_ms: dict = field(default_factory=lambda: {"without_cache": None, "save_to_cache": None,
-                                                          "with_cache": None})
+                                                          "with_cache": None, "first_use": None})
     compilation_cache: dict | None = None
     first_inference_ms: float | None = None
     latency: Any = None
     driver_time: dict | None = None
     accuracy: dict | None = None
     partition: dict | None = None
+    #: per operation (op_profile.py): index, type, device, mean_us, share; None: no device reported any
+    op_profile: list | None = None
     peak_rss_bytes: int | None = None
     run_length: dict | None = None
     seeds: dict = field(default_factory=dict)
@@ -177,3 +179,21 @@ def validate_record(d: Any) -> None:
             _check_number(latency, name, allow_none=False)
     if status == "ok" and latency is None:
         raise _bad("field 'latency' is required when status is \"ok\"")
+    _check_op_profile(d.get("op_profile"))
+
+
+def _check_op_profile(profile: Any) -> None:
+    """`op_profile`: null (absent in records older than it), or a list of one object per operation."""
+    if profile is None:
+        return
+    if not isinstance(profile, list):
+        raise _bad(f"field 'op_profile' must be a list or null, got {type(profile).__name__}")
+    for k, entry in enumerate(profile):
+        if not isinstance(entry, dict):
+            raise _bad(f"field 'op_profile[{k}]' must be an object, got {type(entry).__name__}")
+        for name, kinds, what in (("index", (int,), "an integer"), ("type", (str,), "a string"),
+                                  ("device", (str,), "a string"), ("mean_us", (int, float), "a number"),
+                                  ("share", (int, float), "a number or null")):
+            v = entry.get(name)
+            if (v is None and name != "share") or (v is not None and (isinstance(v, bool) or not isinstance(v, kinds))):
+                raise _bad(f"field 'op_profile[{k}].{name}' must be {what}, got {v!r}")

@@ -226,7 +226,8 @@ def read_results(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> Resu
 LEADING_COLUMNS = ("run_id", "timestamp", "kind", "model", "driver", "mode", "preference", "status",
                    "message", "latency.p50_ms", "latency.mean_ms", "latency.p90_ms", "latency.p99_ms",
                    "latency.throughput_per_s", "first_inference_ms", "compilation_ms.without_cache",
-                   "compilation_ms.save_to_cache", "compilation_ms.with_cache", "compilation_cache.size_bytes",
+                   "compilation_ms.save_to_cache", "compilation_ms.with_cache", "compilation_ms.first_use",
+                   "compilation_cache.size_bytes",
                    "accuracy.top1_accuracy", "accuracy.top5_accuracy",
                    "accuracy.top1_agreement", "accuracy.cts_pass", "accuracy.max_abs_error",
                    "accuracy.mse", "peak_rss_bytes")

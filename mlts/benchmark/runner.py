@@ -2,8 +2,9 @@
 
 Per case (model x driver x mode): check what the driver supports (a driver that cannot run the whole
 model is `unsupported`, and, with partitioning allowed, also runs partitioned with nnapi-reference
-taking the rest), compile (timed without cache; where a driver caches, also timed saving to an empty
-cache and preparing from it, with the cache's size), time inferences under the run-length rules,
+taking the rest), compile (timed without cache, the run's first compilation of a model for its devices
+timed apart as its first use; where a driver caches, also timed saving to an empty cache and preparing
+from it, with the cache's size), time inferences under the run-length rules,
 then score the driver's outputs on held-out images against the nnapi-reference outputs (computed
 once per model and cached in the run directory) and against the labels. Each finished case is
 appended to results.jsonl at once, so a killed run keeps it; a case that fails becomes an `error`
@@ -21,6 +22,7 @@ from typing import Any, Sequence, TextIO
 
 from ..fileio import WriteError, atomic_write, write_error
 from ..signals import signal_name
+from .compile_timing import FirstCompilations
 from .inference import HeldOutImages
 from .model_run import ModelRun, PendingCase
 from .progress import Progress, RssSampler, RunSummary
@@ -49,6 +51,8 @@ class BenchmarkRunner:
         self.pinning: ThreadPinning | None = None
         #: cases whose later slices (--repeat) are still to come, in the order they were first timed
         self.pending: list[PendingCase] = []
+        #: the (model, devices) compiled so far: the first compilation of each is timed apart (compile_timing)
+        self.first_compilations = FirstCompilations()
 
     def _later_passes(self, progress: Progress) -> None:
         """Passes 2..N over every pending case, one slice each, then their records: a few seconds of contention

@@ -23,6 +23,12 @@ from .svg import histogram_svg
 #: (machine key, model, driver, mode, preference): one case.
 RowKey = tuple
 
+#: A case's first compilation in its run (`compilation_ms.first_use`) is shown beside its compile time when
+#: the two differ by at least this many ms and this share of the compile time: one-time costs (a driver
+#: JIT-compiling its kernels), not the usual difference between two compilations.
+FIRST_USE_MIN_MS = 10.0
+FIRST_USE_MIN_SHARE = 0.5
+
 
 @dataclass
 class Row:
@@ -62,6 +68,7 @@ class Row:
     histogram: Any = None
     cache_ms: float | None = None  # compilation prepared from the driver's cache (MLTS's "with cache")
     cache_note: str = ""  # saving time, cache size and status, for the cell's title
+    first_use_ms: float | None = None  # the run's first compilation of the model for these devices, where noticeable
     fallbacks: Any = None  # Fallbacks: driver failures the CPU fallback hid (the record's extra.fallbacks)
     conditions: Any = None  # conditions_view.CaseConditions: what the case was measured under
     repetitions: Any = None  # conditions_view.Repetitions of latency.repetition_counts, or None
@@ -90,6 +97,14 @@ class Row:
     @property
     def cts_cls(self) -> str:
         return "" if self.cts_pass is None else ("better" if self.cts_pass else "worse")
+
+
+def noticeable_first_use(first_use_ms: float | None, compile_ms: float | None) -> float | None:
+    """`first_use_ms` where it differs noticeably from the (later) compile time, else None."""
+    if first_use_ms is None or compile_ms is None:
+        return None
+    diff = abs(first_use_ms - compile_ms)
+    return first_use_ms if diff >= FIRST_USE_MIN_MS and diff >= FIRST_USE_MIN_SHARE * compile_ms else None
 
 
 def mode_order(mode: str) -> int:
@@ -122,6 +137,7 @@ def read_row(record: dict, machine: Machine, lane: str, reference: str) -> Row:
     row.fallbacks = fallbacks_of(record.get("fallbacks")) or fallbacks_of(as_dict(record.get("extra")).get("fallbacks"))
     row.conditions = case_conditions(record.get("conditions"))
     row.repetitions = repetitions_of(lat.get("repetition_counts"))
+    row.first_use_ms = noticeable_first_use(number(comp.get("first_use")), row.compile_ms)
     row.cache_ms = number(comp.get("with_cache"))
     if row.cache_ms is not None:
         save, size = number(comp.get("save_to_cache")), number(cache.get("size_bytes"))

@@ -81,9 +81,13 @@ class DeviceQueue:
     def _may_run(self, t: Ticket) -> bool:
         if self.max_concurrent is not None and len(self._running) >= self.max_concurrent:
             return False
-        if any(r.priority > t.priority for r in self._running):
-            return False
-        return all(w is t or w.order() > t.order() for w in self._waiting)
+        for r in self._running:  # loops, not any()/all(): this is on every execution's path
+            if r.priority > t.priority:
+                return False
+        for w in self._waiting:
+            if w is not t and w.order() <= t.order():
+                return False
+        return True
 
     def _should_yield(self, t: Ticket) -> bool:
         return any(o.priority > t.priority for o in self._waiting) or any(
@@ -223,25 +227,49 @@ def current_checkpoint() -> Callable[[], None] | None:
 @contextmanager
 def checkpoint_scope(hook: Callable[[], None]) -> Iterator[None]:
     """Make `hook` part of current_checkpoint() in this thread for the duration."""
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    stack.append(hook)
+    stack = _push_checkpoint(hook)
     try:
         yield
     finally:
         stack.pop()
 
 
-@contextmanager
-def admitted(queue: DeviceQueue, priority: int, deadline: float | None, what: str = "") -> Iterator[Ticket]:
-    """Run a driver call as an admitted ticket, with the queue's checkpoint current in this thread."""
-    ticket = queue.admit(priority, deadline, what)
-    try:
-        with checkpoint_scope(lambda: queue.checkpoint(ticket, deadline)):
-            yield ticket
-    finally:
-        queue.release(ticket)
+def _push_checkpoint(hook: Callable[[], None]) -> list:
+    """Push `hook` on this thread's checkpoint stack; the stack, to pop it from."""
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    stack.append(hook)
+    return stack
+
+
+class admitted:
+    """`with admitted(queue, priority, deadline):` runs a driver call as an admitted ticket, with the
+    queue's checkpoint current in this thread (as checkpoint_scope). A class rather than a generator
+    context manager: it is on every execution's path."""
+
+    __slots__ = ("queue", "priority", "deadline", "what", "ticket", "_stack")
+
+    def __init__(self, queue: DeviceQueue, priority: int, deadline: float | None, what: str = "") -> None:
+        self.queue = queue
+        self.priority = priority
+        self.deadline = deadline
+        self.what = what
+
+    def __enter__(self) -> Ticket:
+        self.ticket = self.queue.admit(self.priority, self.deadline, self.what)
+        self._stack = _push_checkpoint(self._checkpoint)
+        return self.ticket
+
+    def _checkpoint(self) -> None:
+        self.queue.checkpoint(self.ticket, self.deadline)
+
+    def __exit__(self, *exc_info) -> bool:
+        try:
+            self._stack.pop()
+        finally:
+            self.queue.release(self.ticket)
+        return False
 
 
 # -- prediction ---------------------------------------------------------------------------------------

@@ -194,3 +194,13 @@ def test_json_output(make_record):
     row = d["rows"][0]
     assert row["model"] == "mobilenet_v1_1.0_224" and row["delta_pct"] == pytest.approx(20.0)
     assert row["baseline_p50_ms"] == 10.0 and row["current_p50_ms"] == 12.0
+
+
+def test_compile_times_and_their_first_use_are_not_compared(make_record):
+    """Old records have no compilation_ms.first_use; compile times (first use or not) never decide a verdict."""
+    timed = {"without_cache": 150.0, "save_to_cache": None, "with_cache": None, "first_use": 2447.0}
+    for base, cur in ((make_record(), make_record(compilation_ms=timed)),
+                      (make_record(compilation_ms=dict(timed, without_cache=15.0, first_use=None)),
+                       make_record(compilation_ms={"without_cache": 900.0}))):
+        row, c = one_row(base, cur)
+        assert row.verdict == PASS and c.exit_code() == 0

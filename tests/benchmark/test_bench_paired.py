@@ -105,6 +105,8 @@ def test_paired_run_fails_a_slower_driver_and_passes_an_equal_one(tiny_zoo, regi
         assert p["pairs"] == recs[REF]["latency"]["count"] == recs[cand]["latency"]["count"] >= 14
         assert p["baseline_driver"] == REF and p["candidate_driver"] == cand and p["order"] == "ABBA"
         assert recs[cand]["accuracy"]["top1_agreement"] == 1.0
+        for r in recs.values():  # each side's first compilation in the run is timed apart from its compile time
+            assert r["compilation_ms"]["first_use"] > 0 and r["compilation_ms"]["without_cache"] > 0
         verdicts[cand] = p
     assert verdicts["slow-x2"]["verdict"] == FAIL and 1.8 < verdicts["slow-x2"]["ratio"] < 2.2
     assert verdicts["slow-x2"]["ratio_low"] > 1.1

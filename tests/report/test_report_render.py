@@ -115,6 +115,31 @@ def test_compilation_from_the_cache_with_saving_time_and_size(doc):
     assert ms > 0 and "cache size 2.0 KiB" in cache.attrs["title"] and "saving to an empty cache" in cache.attrs["title"]
 
 
+def test_first_use_compilation_is_shown_beneath_the_compile_time_only_where_it_differs_noticeably():
+    recs = benchmark_records(drivers={REF, "mlts-fast"}, hostile=False)
+    comp = {(r["model"], r["driver"]): r["compilation_ms"] for r in recs}
+    comp[("mobilenet_v1_1.0_224", "mlts-fast")].update(without_cache=144.0, first_use=2447.0)  # JIT on first use
+    comp[("mobilenet_v1_1.0_224", REF)].update(without_cache=200.0, first_use=240.0)  # +20%: usual spread
+    comp[("mobilenet_v1_0.5_160", "mlts-fast")].update(without_cache=4.0, first_use=12.0)  # +8 ms: too little
+    comp[("mobilenet_v1_0.5_160", REF)].update(without_cache=40.0, first_use=12.0)  # -28 ms and -70%: shown
+    # every other record has no first_use, as records written before it existed
+    doc = parse(render_html(Results(records=recs)))
+
+    def compile_cell(model, driver):
+        return cell(case_row(doc, FAMILIES[2 if "v2" in model else 0], model, driver), "compile")
+
+    jit = compile_cell("mobilenet_v1_1.0_224", "mlts-fast")
+    note = jit.find("span", "first-use")
+    assert jit.text().startswith("144") and note.text() == "first use 2447"
+    assert "one-time costs" in note.attrs["title"]
+    assert compile_cell("mobilenet_v1_0.5_160", REF).find("span", "first-use").text() == "first use 12.0"
+    for model, driver in (("mobilenet_v1_1.0_224", REF), ("mobilenet_v1_0.5_160", "mlts-fast"),
+                          ("mobilenet_v2_1.0_224", "mlts-fast")):
+        plain = compile_cell(model, driver)
+        assert plain.find("span", "first-use") is None and "first use" not in plain.text()
+    assert compile_cell("mobilenet_v1_0.5_160", "mlts-fast").text() == "4.00"
+
+
 def test_unsupported_and_error_rows_in_the_tables(doc):
     row = case_row(doc, FAMILIES[1], "mobilenet_v1_1.0_224_quant", "sample-float-fast")
     assert "status-unsupported" in row.classes and "QUANTIZE" in row.text()

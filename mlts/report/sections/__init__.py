@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..report_data import ReportData
-from . import (baseline, conditions, conformance, environment, errors, header, partition, results, stress, summary,
-               timing)
+from . import (baseline, conditions, conformance, environment, errors, header, op_profile, partition, results, stress,
+               summary, timing)
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("conditions", conditions.variables),
     Section("partition", partition.variables),
     Section("timing", timing.variables),
+    Section("op-profile", op_profile.variables),
     Section("errors", errors.variables),
     Section("stress", stress.variables),
     Section("conformance", conformance.variables),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from .burst import Burst
 from .compilation import Compilation
 from .event import Event, dup_fences, wait_for_dependencies
 from .execution_plan import Step
+from .op_profiling import OperationProfile, ProfiledStepRunner
 from .step_runner import Binding, domain_input, StepRunner
 
 
@@ -53,6 +54,7 @@ class Execution:
         self._driver_fenced_timing: Timing | None = None  # the driver's timingFenced, when it reported one
         self._results: list[np.ndarray | None] = [None] * len(self._out_types)
         self._calls: list[dict] = []  # per driver call: where its time went (get_timing_breakdown)
+        self._requests: dict = {}  # (step, prepared model) -> the request last sent (step_runner._SentRequest)
         self._wall_ns = 0
 
     # -- settings -------------------------------------------------------------------------------
@@ -181,6 +183,16 @@ class Execution:
         self._begin("compute")
         self._run(None)
 
+    def compute_profiled(self) -> list[OperationProfile]:
+        """Extension: compute(), timing each operation on devices whose prepared models implement the HAL's
+        IOperationProfiling (nnapi-reference, the sample drivers, mlts-fast); one entry per operation they
+        ran, in run order, and none for operations on other devices. Slower than compute(): it shows where
+        the time goes, not the latency (op_profiling.py)."""
+        self._begin("compute_profiled")
+        profile: list[OperationProfile] = []
+        self._run(None, runner=lambda *args: ProfiledStepRunner(profile, *args))
+        return sorted(profile, key=lambda p: p.position)
+
     def start_compute(self) -> Event:
         """Run asynchronously; the returned Event is signalled on completion."""
         self._begin("start_compute")
@@ -298,11 +310,12 @@ class Execution:
             self._wall_ns = 0
 
     def _run(self, burst: Burst | None, deadline_override: float | None = None,
-             fenced: tuple[list[int], int | None] | None = None, asynchronous: bool = False) -> None:
+             fenced: tuple[list[int], int | None] | None = None, asynchronous: bool = False,
+             runner: Callable[..., StepRunner] = StepRunner) -> None:
         started = time.perf_counter_ns()
         try:
             deadline = deadline_override if deadline_override is not None else deadline_from_timeout(self._timeout_ns)
-            StepRunner(self, burst, deadline, fenced, asynchronous).run()
+            runner(self, burst, deadline, fenced, asynchronous).run()
         except MltsError:
             raise
         except Exception as e:  # nothing but MltsError escapes, and an async Event must always be signalled

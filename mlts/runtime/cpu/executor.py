@@ -109,10 +109,10 @@ class PreparedGraph:
                 in_types.append(None)
                 in_values.append(None)
                 continue
-            if operand.type.is_tensor and isinstance(v, np.ndarray):
-                in_types.append(operand.type.with_dimensions(v.shape))
-            else:
-                in_types.append(operand.type)
+            t = operand.type
+            if t.is_tensor and isinstance(v, np.ndarray) and t.dimensions != v.shape:
+                t = t.with_dimensions(v.shape)  # the declared type is reused when the shape is already its own
+            in_types.append(t)
             in_values.append(v)
         out_types = [subgraph.operands[o].type for o in op.outputs]
         ctx = OperationContext(op_index=j, code=op.type, input_types=in_types, output_types=out_types,

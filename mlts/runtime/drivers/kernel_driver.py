@@ -12,12 +12,13 @@ import numpy as np
 
 from .. import qos, vlog
 from ..cpu.executor import PreparedGraph
+from ..cpu.profiling import ProfiledGraph
 from ..enums import DeviceType, NO_TIMING, OperandCode, OperationCode, Preference, Priority, ResultCode
 from ..errors import ExecutionAborted, MltsError
 from ..hal import (AllocatedBuffer, BufferDesc, BufferRole, CacheHandles, Capabilities, ExecutionResult, HalModel,
-                   OutputShape, Request, Timing, failed_result)
+                   IOperationProfiling, OperationTime, OutputShape, Request, Timing, failed_result)
 from .base import Driver, PreparedModel
-from ..hal.validation import (validate_deadline, validate_execution_arguments, validate_hal_model,
+from ..hal.validation import (RequestValidator, validate_deadline, validate_execution_arguments, validate_hal_model,
                               validate_preparation_arguments, validate_request)
 from ..ops import get_operation
 from ..ops.control_flow import supported_operations
@@ -108,12 +109,32 @@ class KernelDriver(Driver):
         return KernelPreparedModel(self, load_for_driver(self, deadline, cache))
 
 
-class KernelPreparedModel(PreparedModel):
+class KernelPreparedModel(PreparedModel, IOperationProfiling):
     def __init__(self, driver: KernelDriver, model: HalModel) -> None:
         self.driver = driver
         self.model = model
         self.graph = PreparedGraph(model)
         self.estimate = qos.RunTimeEstimate()  # recent run times: the deadline predictor
+        self.requests = {tokens: RequestValidator(model, accept_tokens=tokens) for tokens in (False, True)}
+
+    def execute_profiled(self, request: Request, deadline: float | None,
+                         loop_timeout_ns: int) -> tuple[ExecutionResult, list[OperationTime]]:
+        """IOperationProfiling: one run with every operation timed (cpu/profiling.py). It bypasses the
+        deadline predictor, whose estimate a slower profiled run would skew; the deadline still holds."""
+        try:
+            validate_execution_arguments(True, deadline, loop_timeout_ns, f"{self.driver.name}: execute_profiled")
+        except MltsError as e:
+            return ExecutionResult(e.code, [], message=e.message), []
+        cls = type(self)
+        if cls.execute_synchronously is not KernelPreparedModel.execute_synchronously \
+                and cls.execute_profiled is KernelPreparedModel.execute_profiled:
+            # A subclass that changes how it executes is profiled only if it says so (by overriding this
+            # method): timing the shared kernels instead could report a run that is not the one it makes.
+            return self.execute_synchronously(request, True, deadline, loop_timeout_ns), []
+        graph = ProfiledGraph(self.graph)
+        result = run_request(graph, request, True, deadline, loop_timeout_ns, self.driver.name,
+                             device_buffers=self.driver.request_buffers(self))
+        return result, (graph.times if result.status == ResultCode.NO_ERROR else [])
 
     def execute_synchronously(self, request: Request, measure: bool, deadline: float | None,
                               loop_timeout_ns: int) -> ExecutionResult:
@@ -124,33 +145,33 @@ class KernelPreparedModel(PreparedModel):
         # Refused before starting when the deadline will be missed; checkpoints between operations
         # abort a run that will miss it and let the runtime's queue pre-empt it (mlts.runtime.qos).
         return qos.predicted_run(self.estimate, self.driver, len(self.model.main.operations), deadline,
-                                 self.driver.name, lambda checkpoint: run_request(
-                                     self.graph, request, measure, deadline, loop_timeout_ns, self.driver.name,
-                                     checkpoint, device_buffers=self.driver.request_buffers(self)))
+                                 self.driver.name, lambda checkpoint: self._run(request, measure, deadline,
+                                                                              loop_timeout_ns, checkpoint))
+
+    def _run(self, request: Request, measure: bool, deadline: float | None, loop_timeout_ns: int,
+             checkpoint) -> ExecutionResult:
+        device_buffers = self.driver.request_buffers(self)
+        return run_request(self.graph, request, measure, deadline, loop_timeout_ns, self.driver.name, checkpoint,
+                           device_buffers=device_buffers, validator=self.requests[device_buffers is not None])
 
 
 def run_request(graph: PreparedGraph, request: Request, measure: bool, deadline: float | None,
                 loop_timeout_ns: int, driver_name: str, checkpoint=None,
-                device_buffers: RequestBuffers | None = None) -> ExecutionResult:
+                device_buffers: RequestBuffers | None = None,
+                validator: RequestValidator | None = None) -> ExecutionResult:
     """Serve one request on a prepared graph: read inputs from pools, run, write outputs to pools.
     With `device_buffers`, pools may also be tokens of buffers the driver allocated (memory domains)."""
     t_driver = time.perf_counter_ns()
     try:
-        in_types = validate_request(request, graph.model, accept_tokens=device_buffers is not None)
+        in_types = (validator.validate(request) if validator is not None
+                    else validate_request(request, graph.model, accept_tokens=device_buffers is not None))
         buffers = device_buffers.resolve(request) if device_buffers is not None else None
         if deadline is not None and time.monotonic() > deadline:  # as AOSP's sample driver: persistent
             return ExecutionResult(ResultCode.MISSED_DEADLINE_PERSISTENT, [], message="deadline already passed")
-        inputs = []
-        for arg, t in zip(request.inputs, in_types):
-            if t is None:
-                inputs.append(None)
-                continue
-            buffer = buffers.buffer(arg.location.pool_index) if buffers is not None else None
-            if buffer is not None:
-                inputs.append(buffer.read(t, f"input {len(inputs)}"))
-                continue
-            pool = request.pools[arg.location.pool_index]
-            inputs.append(pool.array(arg.location.offset, t.dtype, t.dimensions if t.is_tensor else ()))
+        memo = validator.memo(request) if validator is not None and buffers is None else {}
+        inputs = memo.get("inputs")  # views of the input regions, kept while the same request comes again
+        if inputs is None:
+            inputs = memo["inputs"] = _input_arrays(request, in_types, buffers)
         t_device = time.perf_counter_ns()
         outputs = graph.run(inputs, deadline=deadline, loop_timeout_ns=loop_timeout_ns, checkpoint=checkpoint)
         t_device = time.perf_counter_ns() - t_device
@@ -176,6 +197,22 @@ def run_request(graph: PreparedGraph, request: Request, measure: bool, deadline:
         return ExecutionResult(ResultCode.NO_ERROR, shapes, measured_timing(measure, t_driver, t_device))
     except Exception as e:  # a driver must never let an exception escape to its client
         return failed_execution(driver_name, e)
+
+
+def _input_arrays(request: Request, in_types: list, buffers) -> list[np.ndarray | None]:
+    """The request's inputs as arrays: views of pool regions, or reads of device buffers (memory domains)."""
+    inputs = []
+    for arg, t in zip(request.inputs, in_types):
+        if t is None:
+            inputs.append(None)
+            continue
+        buffer = buffers.buffer(arg.location.pool_index) if buffers is not None else None
+        if buffer is not None:
+            inputs.append(buffer.read(t, f"input {len(inputs)}"))
+            continue
+        pool = request.pools[arg.location.pool_index]
+        inputs.append(pool.array(arg.location.offset, t.dtype, t.dimensions if t.is_tensor else ()))
+    return inputs
 
 
 def measured_timing(measure: bool, t_driver_start_ns: int, t_device_ns: int) -> Timing:

@@ -7,16 +7,16 @@ calls, `validation` NNAPI's checks of what crosses it, `memory` the pools and `s
 This package imports only the runtime's vocabulary (enums, errors, operand types) and the operation
 registry (to validate operations); never the application runtime or a driver.
 """
-from .interface import IBurst, IDevice, IExecutionCallback, IPreparedModel
+from .interface import IBurst, IDevice, IExecutionCallback, IOperationProfiling, IPreparedModel
 from .types import (NO_TIMING_INFO, AllocatedBuffer, BufferDesc, BufferRole, BufferToken, CacheHandles, CallTiming,
                     Capabilities, DataLocation, DeviceBuffer, ExecutionResult, HalModel, HalOperand, HalOperation,
-                    OutputShape, PerformanceInfo, Request, RequestArgument, Subgraph, Timing, constant_array,
-                    deadline_from_timeout, failed_result, fenced_timings, is_valid_timing)
+                    OperationTime, OutputShape, PerformanceInfo, Request, RequestArgument, Subgraph, Timing,
+                    constant_array, deadline_from_timeout, failed_result, fenced_timings, is_valid_timing)
 
 __all__ = [
     "AllocatedBuffer", "BufferDesc", "BufferRole", "BufferToken", "CacheHandles", "CallTiming", "Capabilities",
     "DataLocation", "DeviceBuffer", "ExecutionResult", "HalModel", "HalOperand", "HalOperation", "IBurst", "IDevice",
-    "IExecutionCallback", "IPreparedModel", "NO_TIMING_INFO", "OutputShape", "PerformanceInfo", "Request",
-    "RequestArgument", "Subgraph", "Timing", "constant_array", "deadline_from_timeout", "failed_result", "fenced_timings",
-    "is_valid_timing",
+    "IExecutionCallback", "IOperationProfiling", "IPreparedModel", "NO_TIMING_INFO", "OperationTime", "OutputShape",
+    "PerformanceInfo", "Request", "RequestArgument", "Subgraph", "Timing", "constant_array", "deadline_from_timeout",
+    "failed_result", "fenced_timings", "is_valid_timing",
 ]

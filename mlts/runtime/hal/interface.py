@@ -1,4 +1,5 @@
-"""The interfaces a driver implements (NNAPI's IDevice, IPreparedModel, IBurst, IExecutionCallback).
+"""The interfaces a driver implements (NNAPI's IDevice, IPreparedModel, IBurst, IExecutionCallback), and
+the optional IOperationProfiling extension of a prepared model.
 
 Only the contract lives here: every method is abstract. The default behaviour most drivers want
 (asynchronous runs on a thread, bursts and fenced runs over synchronous ones, "not supported" answers)
@@ -12,7 +13,7 @@ from typing import Sequence
 
 from ..enums import DeviceType, FeatureLevel, Preference, Priority
 from .types import (AllocatedBuffer, BufferDesc, BufferRole, CacheHandles, Capabilities, ExecutionResult,
-                    HalModel, Request)
+                    HalModel, OperationTime, Request)
 
 
 class IExecutionCallback(abc.ABC):
@@ -71,6 +72,20 @@ class IPreparedModel(abc.ABC):
         `measure`, `timing` is timingLaunched (call to end) and `fenced_timing` timingFenced (fences
         signalled to end), NO_TIMING otherwise.
         """
+
+
+class IOperationProfiling(abc.ABC):
+    """Optional extension of a prepared model: per-operation profiles (as TFLite's op profiling and
+    onnxruntime's profiler give). A prepared model offers it by also subclassing this interface; the
+    runtime checks isinstance and never calls it on the normal execution paths, so timing every
+    operation costs nothing there."""
+
+    @abc.abstractmethod
+    def execute_profiled(self, request: Request, deadline: float | None,
+                         loop_timeout_ns: int) -> tuple[ExecutionResult, list[OperationTime]]:
+        """Run one request as execute_synchronously does (timing measured), timing each operation of the
+        main subgraph: one OperationTime per operation, in run order, when the run succeeded; an empty
+        list otherwise. Never raises: failures are reported through the result's `status`."""
 
 
 class IDevice(abc.ABC):

@@ -155,6 +155,17 @@ class ExecutionResult:
 
 
 @dataclass(frozen=True)
+class OperationTime:
+    """One operation's time in a profiled run (IOperationProfiling): `op_index` is its position in the
+    prepared model's main subgraph (run order), `time_us` the wall time its kernels took; an operation
+    that ran as no work (a reshape that is a view) counts 0."""
+
+    op_index: int
+    code: OperationCode
+    time_us: float
+
+
+@dataclass(frozen=True)
 class CacheHandles:
     """Compilation caching: the files a driver may read/write, and the model's 32-byte token."""
 
@@ -210,9 +221,12 @@ def deadline_from_timeout(timeout_ns: int | None) -> float | None:
 
 def is_valid_timing(timing: object) -> bool:
     """A Timing of ints in [0, NO_TIMING]: anything else a driver returns is ignored as NO_TIMING."""
-    return isinstance(timing, Timing) and all(
-        isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v <= NO_TIMING
-        for v in (timing.time_on_device, timing.time_in_driver))
+    if not isinstance(timing, Timing):
+        return False
+    for v in (timing.time_on_device, timing.time_in_driver):  # a loop, not all(): on every execution's path
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or not 0 <= v <= NO_TIMING:
+            return False
+    return True
 
 
 def fenced_timings(run: Timing, launched_ns: int, fenced_ns: int, done_ns: int) -> tuple[Timing, Timing]:

@@ -223,6 +223,38 @@ def validate_request(request: Request, model: HalModel, *, accept_tokens: bool =
     return types
 
 
+class RequestValidator:
+    """validate_request for one prepared model, done once per distinct Request object.
+
+    A reusable execution sends the same (immutable) Request for every compute. Everything
+    validate_request checks is fixed by the request and the pools' sizes and protections, except whether
+    a pool has been freed since: a request seen last time is checked for that alone, so the checks stay
+    NNAPI's while costing a comparison. One entry, replaced as a whole (safe under concurrent use)."""
+
+    def __init__(self, model: HalModel, *, accept_tokens: bool = False) -> None:
+        self.model = model
+        self.accept_tokens = accept_tokens
+        self._last: tuple[Request, list[OperandType | None], dict] | None = None
+
+    def validate(self, request: Request) -> list[OperandType | None]:
+        last = self._last
+        if last is not None and last[0] is request:
+            for p, pool in enumerate(request.pools):
+                if getattr(pool, "closed", False):
+                    raise bad_data(f"request pool {p} is not a usable memory")
+            return last[1]
+        types = validate_request(request, self.model, accept_tokens=self.accept_tokens)
+        if type(request.inputs) is tuple and type(request.outputs) is tuple and type(request.pools) is tuple:
+            self._last = (request, types, {})  # only an immutable request can be recognised again
+        return types
+
+    def memo(self, request: Request) -> dict:
+        """Where a driver keeps what it derives from the validated `request` (views of its regions, output
+        shapes), kept while the same request comes again; an empty dict for any other request."""
+        last = self._last
+        return last[2] if last is not None and last[0] is request else {}
+
+
 def validate_preparation_arguments(preference: Any, priority: Any, deadline: Any, cache: Any, call: str) -> None:
     """prepare_model's scalar arguments, as VTS checks a driver refuses them: a Preference, a Priority,
     a deadline that is None or a time.monotonic() value, cache handles or None (BAD_DATA otherwise)."""

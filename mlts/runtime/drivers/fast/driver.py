@@ -7,6 +7,7 @@ run the bound steps and copy outputs out.
 """
 from __future__ import annotations
 
+import copy
 import time
 
 import numpy as np
@@ -14,10 +15,11 @@ import numpy as np
 from ... import vlog
 from ...enums import DeviceType, FeatureLevel, OperandCode, Preference, Priority, ResultCode
 from ...errors import MltsError, error_from_exception
-from ...hal import CacheHandles, Capabilities, ExecutionResult, HalModel, OutputShape, PerformanceInfo, Request
+from ...hal import (CacheHandles, Capabilities, ExecutionResult, HalModel, IOperationProfiling, OperationTime,
+                    OutputShape, PerformanceInfo, Request)
 from ..base import Driver, PreparedModel
-from ...hal.validation import (validate_execution_arguments, validate_hal_model, validate_preparation_arguments,
-                               validate_request)
+from ...hal.validation import (RequestValidator, validate_execution_arguments, validate_hal_model,
+                               validate_preparation_arguments)
 from ..kernel_driver import failed_execution, measured_timing
 
 FAST_DEVICE_NAME = "mlts-fast"
@@ -84,11 +86,24 @@ class FastDriver(Driver):
         return FastPreparedModel(self, model, plan)
 
 
-class FastPreparedModel(PreparedModel):
+class FastPreparedModel(PreparedModel, IOperationProfiling):
     def __init__(self, driver: FastDriver, model: HalModel, plan) -> None:
         self.driver = driver
         self.model = model
         self.plan = plan
+        self.requests = RequestValidator(model)
+
+    def execute_profiled(self, request: Request, deadline: float | None,
+                         loop_timeout_ns: int) -> tuple[ExecutionResult, list[OperationTime]]:
+        """IOperationProfiling: the normal run, on a stand-in for the plan whose workspaces time each step
+        (fast/profiling.py)."""
+        from .profiling import ProfilingPlan
+
+        profiled = copy.copy(self)
+        profiled.plan = ProfilingPlan(self.plan)
+        result = profiled.execute_synchronously(request, True, deadline, loop_timeout_ns)
+        ok = result.status == ResultCode.NO_ERROR
+        return result, (profiled.plan.operation_times(self.model) if ok else [])
 
     def execute_synchronously(self, request: Request, measure: bool, deadline: float | None,
                               loop_timeout_ns: int) -> ExecutionResult:
@@ -96,34 +111,49 @@ class FastPreparedModel(PreparedModel):
         name = self.driver.name
         try:
             validate_execution_arguments(measure, deadline, loop_timeout_ns, f"{name}: execute")
-            in_types = validate_request(request, self.model)
+            in_types = self.requests.validate(request)
             if deadline is not None and time.monotonic() > deadline:
                 return ExecutionResult(ResultCode.MISSED_DEADLINE_TRANSIENT, [], message="deadline already passed")
             plan = self.plan
-            shapes = [OutputShape(plan.values[i].shape, plan.values[i].type.byte_size() <= arg.location.length)
-                      for i, arg in zip(plan.outputs, request.outputs)]
+            memo = self.requests.memo(request)
+            shapes = memo.get("shapes")
+            if shapes is None:
+                shapes = memo["shapes"] = [OutputShape(plan.values[i].shape,
+                                                       plan.values[i].type.byte_size() <= arg.location.length)
+                                           for i, arg in zip(plan.outputs, request.outputs)]
             if not all(s.is_sufficient for s in shapes):
                 small = [k for k, s in enumerate(shapes) if not s.is_sufficient]
                 return ExecutionResult(ResultCode.OUTPUT_INSUFFICIENT_SIZE, shapes,
                                        message=f"output buffers {small} are too small")
             ws = plan.acquire()
             try:
-                for k, (arg, t, dest) in enumerate(zip(request.inputs, in_types, ws.inputs)):
-                    if t is None:
-                        raise MltsError(ResultCode.BAD_DATA, f"{name}: input {k} has no value")
-                    pool = request.pools[arg.location.pool_index]
-                    np.copyto(dest, pool.array(arg.location.offset, dest.dtype, dest.shape))
+                views = memo.get("views")
+                if views is None:
+                    views = memo["views"] = _region_views(name, request, in_types, ws)
+                for source, dest in zip(views[0], ws.inputs):
+                    np.copyto(dest, source)
                 t_device = time.perf_counter_ns()
                 ws.run(None if deadline is None else _deadline_check(deadline))
                 t_device = time.perf_counter_ns() - t_device
-                for arg, src in zip(request.outputs, ws.outputs):
-                    pool = request.pools[arg.location.pool_index]
-                    np.copyto(pool.array(arg.location.offset, src.dtype, src.shape), src, casting="no")
+                for dest, src in zip(views[1], ws.outputs):
+                    np.copyto(dest, src, casting="no")
             finally:
                 plan.release(ws)
-            return ExecutionResult(ResultCode.NO_ERROR, shapes, measured_timing(measure, t_driver, t_device))
+            return ExecutionResult(ResultCode.NO_ERROR, list(shapes), measured_timing(measure, t_driver, t_device))
         except Exception as e:  # a driver must never let an exception escape to its client
             return failed_execution(name, e)
+
+
+def _region_views(name: str, request: Request, in_types, ws) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Numpy views of the request's input and output regions, shaped as the plan's tensors."""
+    inputs = []
+    for k, (arg, t, dest) in enumerate(zip(request.inputs, in_types, ws.inputs)):
+        if t is None:
+            raise MltsError(ResultCode.BAD_DATA, f"{name}: input {k} has no value")
+        inputs.append(request.pools[arg.location.pool_index].array(arg.location.offset, dest.dtype, dest.shape))
+    outputs = [request.pools[arg.location.pool_index].array(arg.location.offset, src.dtype, src.shape)
+               for arg, src in zip(request.outputs, ws.outputs)]
+    return inputs, outputs
 
 
 def _deadline_check(deadline: float):
