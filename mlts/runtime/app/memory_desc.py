@@ -2,7 +2,7 @@
 validator every memory created from a descriptor carries (AOSP's MemoryBuilder and
 DeviceMemoryValidator).
 
-Creating the memory (`Memory.create_from_desc(desc)`, see memory_domains.py) asks the one driver all
+Creating the memory (`Memory.create_from_desc(desc)`, see memory.py) asks the one driver all
 roles run on to allocate an opaque buffer; otherwise, or when that driver cannot, it falls back to
 shared memory of the described size, as NNAPI allows. Either way the memory may be used only in the
 declared roles, whole (offset 0, length 0).

@@ -166,6 +166,8 @@ def run_request(graph: PreparedGraph, request: Request, measure: bool, deadline:
         in_types = (validator.validate(request) if validator is not None
                     else validate_request(request, graph.model, accept_tokens=device_buffers is not None))
         buffers = device_buffers.resolve(request) if device_buffers is not None else None
+        if buffers is not None and not buffers.by_pool:
+            buffers = None  # the request names no device buffer: plain pools only
         if deadline is not None and time.monotonic() > deadline:  # as AOSP's sample driver: persistent
             return ExecutionResult(ResultCode.MISSED_DEADLINE_PERSISTENT, [], message="deadline already passed")
         memo = validator.memo(request) if validator is not None and buffers is None else {}
@@ -175,8 +177,8 @@ def run_request(graph: PreparedGraph, request: Request, measure: bool, deadline:
         t_device = time.perf_counter_ns()
         outputs = graph.run(inputs, deadline=deadline, loop_timeout_ns=loop_timeout_ns, checkpoint=checkpoint)
         t_device = time.perf_counter_ns() - t_device
-        out_buffers = [buffers.buffer(arg.location.pool_index) if buffers is not None else None
-                       for arg in request.outputs]
+        out_buffers = ([buffers.buffer(arg.location.pool_index) for arg in request.outputs] if buffers is not None
+                       else [None] * len(request.outputs))
         shapes = [OutputShape(tuple(o.shape), o.nbytes <= arg.location.length if b is None else b.fits(o.shape))
                   for o, arg, b in zip(outputs, request.outputs, out_buffers)]
         if any(b is not None and not s.is_sufficient for b, s in zip(out_buffers, shapes)):
