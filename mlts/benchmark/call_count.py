@@ -6,13 +6,21 @@ import sys
 from typing import Callable
 
 
-def python_calls(call: Callable[[], object]) -> int:
-    """Python-level function calls (generators and lambdas included; C functions not) made by `call()`."""
+def python_calls(call: Callable[[], object], *, within: str | None = None) -> int:
+    """Python-level function calls (generators and lambdas included; C functions not) made by `call()`,
+    not counting `call` itself; with `within`, only calls of functions whose file path contains it (e.g.
+    the mlts package, so that a count does not move with the Python version's own library)."""
     count = 0
+    outermost = True
 
     def profile(frame, event, arg) -> None:
-        nonlocal count
-        if event == "call":
+        nonlocal count, outermost
+        if event != "call":
+            return
+        if outermost:  # call() itself
+            outermost = False
+            return
+        if within is None or within in frame.f_code.co_filename:
             count += 1
 
     previous = sys.getprofile()
@@ -21,4 +29,4 @@ def python_calls(call: Callable[[], object]) -> int:
         call()
     finally:
         sys.setprofile(previous)
-    return count - 1  # call() itself
+    return count
