@@ -32,30 +32,16 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mlts.runtime import (Burst, Compilation, Execution, FuseCode, Model, OperandCode,  # noqa: E402
-                          OperandType, OperationCode, get_device)
+from mlts.runtime import Burst, Compilation, Execution, Model, get_device  # noqa: E402
 from mlts.runtime.app.manager import register_drivers, unregister_driver  # noqa: E402
-from mlts.benchmark.call_count import python_calls  # noqa: E402
+from mlts.benchmark.overhead import PROBE_SHAPE as SHAPE, add_model, python_calls  # noqa: E402
 
-SHAPE = (1, 4)
 SERVICE_SPEC = "mlts.runtime.drivers.sample:sample_all"
 SERVICE_DEVICE = "sample-all"
 #: the issue's goals, microseconds per execution
 GOALS = {"mlts-fast sync": 20.0, "nnapi-reference sync": 30.0, "sample-all (service) sync": 80.0,
          "sample-all (service) burst": 50.0}
 
-
-def add_model() -> Model:
-    t = OperandType(OperandCode.TENSOR_FLOAT32, SHAPE)
-    m = Model()
-    a, b = m.add_operand(t), m.add_operand(t)
-    act = m.add_operand(OperandType(OperandCode.INT32))
-    out = m.add_operand(t)
-    m.set_operand_value(act, np.int32(FuseCode.NONE))
-    m.add_operation(OperationCode.ADD, [a, b, act], [out])
-    m.identify_inputs_and_outputs([a, b], [out])
-    m.finish()
-    return m
 
 
 def mlts_call(model: Model, device: str, burst: bool) -> Callable[[], None]:

@@ -10,11 +10,9 @@ import numpy as np
 import pytest
 
 import mlts
-from mlts.benchmark.call_count import python_calls
-from mlts.runtime import (Compilation, Execution, FuseCode, Memory, MltsError, Model, OperandCode, OperandType,
-                          OperationCode, ResultCode, get_device)
+from mlts.benchmark.overhead import PROBE_SHAPE as SHAPE, add_model, python_calls
+from mlts.runtime import Compilation, Execution, Memory, MltsError, ResultCode, get_device
 
-SHAPE = (1, 4)
 #: Calls of mlts's own Python functions one compute may make (the Python library's are left out: they
 #: differ between Python versions), measured with margin: mlts-fast 58 and nnapi-reference 138 when this
 #: was written (81 and 178 calls in all, from 248 and 361 before a request was reused). Lower them when
@@ -23,21 +21,9 @@ MAX_CALLS = {"mlts-fast": 68, "nnapi-reference": 155}
 MLTS_DIR = os.path.dirname(mlts.__file__)
 
 
-def _add_model() -> Model:
-    t = OperandType(OperandCode.TENSOR_FLOAT32, SHAPE)
-    m = Model()
-    a, b = m.add_operand(t), m.add_operand(t)
-    act = m.add_operand(OperandType(OperandCode.INT32))
-    out = m.add_operand(t)
-    m.set_operand_value(act, np.int32(FuseCode.NONE))
-    m.add_operation(OperationCode.ADD, [a, b, act], [out])
-    m.identify_inputs_and_outputs([a, b], [out])
-    m.finish()
-    return m
-
 
 def _execution(device: str) -> Execution:
-    compilation = Compilation.for_devices(_add_model(), [get_device(device)])
+    compilation = Compilation.for_devices(add_model(), [get_device(device)])
     compilation.finish()
     execution = Execution(compilation)
     execution.set_reusable(True)
