@@ -8,9 +8,10 @@ validation, request building, partition steps, the HAL call and (for a driver se
 is timed through the public API as a client uses it: a reusable Execution with its input and output
 bound once, `compute()` (sync) or `burst_compute()` (burst), `--runs` calls per repetition, median per
 call; the K repetitions are interleaved across paths (ABAB...) and the median of their medians is
-reported, with onnxruntime's `session.run` on the same ADD as the peer. The table states each path as
-microseconds and as a ratio to onnxruntime measured in the same run, and the calls to Python functions
-one compute makes (what the tests guard). BLAS and numba are limited to one thread before numpy loads.
+reported, with onnxruntime's `session.run` on the same ADD as the peer (its run_with_iobinding, buffers
+bound once as the reusable execution binds them, is shown in a second row). The table states each path as
+microseconds and as a ratio to onnxruntime's session.run measured in the same run, and the calls to
+Python functions one compute makes (what the tests guard). BLAS and numba are limited to one thread before numpy loads.
 """
 from __future__ import annotations
 
@@ -66,7 +67,9 @@ def mlts_call(model: Model, device: str, burst: bool) -> Callable[[], None]:
     return call
 
 
-def onnxruntime_call() -> Callable[[], None] | None:
+def onnxruntime_call(io_binding: bool = False) -> Callable[[], None] | None:
+    """onnxruntime's session.run on the same ADD (the peer every ratio is against), or with `io_binding`
+    its run_with_iobinding, buffers bound once (a second row, for reference)."""
     try:
         import onnx
         import onnxruntime as ort
@@ -84,6 +87,13 @@ def onnxruntime_call() -> Callable[[], None] | None:
     x = np.arange(4, dtype=np.float32).reshape(SHAPE)
     feed = {"a": x, "b": x}
     del onnx
+    if io_binding:  # inputs and the output bound once, as an mlts reusable execution binds them
+        out = np.empty(SHAPE, np.float32)
+        binding = session.io_binding()
+        binding.bind_cpu_input("a", x)
+        binding.bind_cpu_input("b", x)
+        binding.bind_output("y", "cpu", 0, np.float32, list(SHAPE), out.ctypes.data)
+        return lambda: session.run_with_iobinding(binding)
     return lambda: session.run(None, feed)
 
 
@@ -115,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     peer = onnxruntime_call()
     if peer is not None:
         paths["onnxruntime session.run"] = peer
+        paths["onnxruntime io-binding"] = onnxruntime_call(io_binding=True)
     paths["mlts-fast sync"] = mlts_call(model, "mlts-fast", burst=False)
     paths["nnapi-reference sync"] = mlts_call(model, "nnapi-reference", burst=False)
     paths["nnapi-reference burst"] = mlts_call(model, "nnapi-reference", burst=True)

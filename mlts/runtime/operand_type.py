@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Sequence
 
 import numpy as np
@@ -112,12 +113,12 @@ class OperandType:
     def scalar(code: OperandCode) -> "OperandType":
         return OperandType(code, ())
 
-    # -- properties ---------------------------------------------------------------------------
-    @property
+    # -- properties (a type never changes: each is computed on first use and kept, as every execution asks) --
+    @cached_property
     def is_scalar(self) -> bool:
         return self.code in SCALAR_CODES
 
-    @property
+    @cached_property
     def is_tensor(self) -> bool:
         return not self.is_scalar and self.code != OperandCode.MODEL
 
@@ -125,11 +126,11 @@ class OperandType:
     def rank(self) -> int | None:
         return None if self.dimensions is None else len(self.dimensions)
 
-    @property
+    @cached_property
     def is_fully_specified(self) -> bool:
         return self.dimensions is not None and all(d > 0 for d in self.dimensions)
 
-    @property
+    @cached_property
     def dtype(self) -> np.dtype:
         return NUMPY_DTYPE[self.code]
 
@@ -138,6 +139,10 @@ class OperandType:
 
     def byte_size(self) -> int:
         """Bytes a value of this type occupies; 0 when unknown (unknown rank or a 0 dimension)."""
+        return self._byte_size
+
+    @cached_property
+    def _byte_size(self) -> int:
         if self.code == OperandCode.MODEL:
             return 0
         if self.is_scalar:

@@ -27,6 +27,7 @@ import weakref
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, Iterator
 
 from .enums import ResultCode
@@ -70,7 +71,8 @@ class DeviceQueue:
         self.name = name
         self.max_concurrent = max_concurrent
         self.max_queued = max_queued
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()  # entered directly where no one waits: a plain lock costs no Python call
+        self._cond = threading.Condition(self._lock)
         self._seq = itertools.count()
         self._running: list[Ticket] = []
         self._waiting: list[Ticket] = []
@@ -95,8 +97,13 @@ class DeviceQueue:
 
     def admit(self, priority: int, deadline: float | None, what: str = "") -> Ticket:
         """Block until the execution may run on this device; raises MltsError when it may not."""
-        with self._cond:
+        with self._lock:
             t = Ticket(int(priority), next(self._seq), what)
+            if not self._running and not self._waiting and self.max_concurrent is None:  # an idle device
+                t.state = "running"
+                self._running.append(t)
+                self._stats.admitted += 1
+                return t
             if not self._waiting and self._may_run(t):
                 self._start(t)
                 return t
@@ -134,7 +141,9 @@ class DeviceQueue:
 
     def checkpoint(self, t: Ticket, deadline: float | None) -> None:
         """Where a running execution may be stopped: yields to higher-priority work, then resumes."""
-        with self._cond:
+        if not self._waiting and len(self._running) < 2:
+            return  # nothing else wants the device (a racy read at worst defers a yield by one operation)
+        with self._lock:
             if t.state != "running" or not self._should_yield(t):
                 return
             t.yields += 1
@@ -150,12 +159,13 @@ class DeviceQueue:
                 _local.yielded_s = yielded_seconds() + time.monotonic() - started
 
     def release(self, t: Ticket) -> None:
-        with self._cond:
+        with self._lock:
             if t in self._running:
                 self._running.remove(t)
             t.state = "done"
             self._finished.append(t.what)
-            self._cond.notify_all()
+            if self._waiting:  # only tickets in _wait_turn wait on the condition
+                self._cond.notify_all()
 
     def stats(self) -> dict[str, Any]:
         """What the queue holds and has done (for tests, reports and conformance checks)."""
@@ -241,6 +251,24 @@ def _push_checkpoint(hook: Callable[[], None]) -> list:
         stack = _local.stack = []
     stack.append(hook)
     return stack
+
+
+def run_admitted(queue: DeviceQueue, priority: int, deadline: float | None, what: str,
+                 call: Callable[..., Any], *args: Any) -> Any:
+    """`call(*args)` as an admitted ticket of `queue`, with the queue's checkpoint current in this thread:
+    what `with admitted(...)` does, as one function for the reusable execution's hot path."""
+    ticket = queue.admit(priority, deadline, what)
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    stack.append(partial(queue.checkpoint, ticket, deadline))
+    try:
+        return call(*args)
+    finally:
+        try:
+            stack.pop()
+        finally:
+            queue.release(ticket)
 
 
 class admitted:
@@ -423,17 +451,20 @@ def record_preparation(driver: Any, model: Any, started: float) -> None:
     _per_driver(_prepare_estimates, driver, RunTimeEstimate).add(seconds / max(1, len(model.main.operations)))
 
 
-def predicted_run(estimate: RunTimeEstimate, driver: Any, operations: int, deadline: float | None, what: str,
-                  run: Callable[[ProgressCheckpoint], Any]) -> Any:
-    """One execution under the driver's predictor: refused before starting when it will miss its deadline,
-    run with a ProgressCheckpoint otherwise; a successful run's own time (without time yielded to
-    other work) goes into the estimate."""
+def predicted_run(estimate: RunTimeEstimate, load: DriverLoad, operations: int, deadline: float | None, what: str,
+                  run: Callable[[Callable[[], None] | None], Any]) -> Any:
+    """One execution under the driver's predictor (`load`: the driver's, load_of(driver)): refused before starting when it will miss its deadline,
+    run with a ProgressCheckpoint otherwise (without a deadline, with the queue's checkpoint, if any); a
+    successful run's own time (without time yielded to other work) goes into the estimate."""
     expected = estimate.value
-    load = load_of(driver)
-    why = refusal(expected, load.pending(), deadline, what)
-    if why is not None:
-        return ExecutionResult(why.code, [], message=why.message)
-    checkpoint = ProgressCheckpoint(operations, expected, deadline, current_checkpoint(), what)
+    if deadline is not None:
+        why = refusal(expected, load.pending(), deadline, what)
+        if why is not None:
+            return ExecutionResult(why.code, [], message=why.message)
+        checkpoint = ProgressCheckpoint(operations, expected, deadline, current_checkpoint(), what)
+    else:  # nothing to predict or abort: the queue's checkpoint alone
+        checkpoint = current_checkpoint()
+    yielded_at_start = yielded_seconds()
     key = load.enter(expected)
     started = time.monotonic()
     try:
@@ -441,5 +472,5 @@ def predicted_run(estimate: RunTimeEstimate, driver: Any, operations: int, deadl
     finally:
         load.leave(key)
     if getattr(result, "status", None) == ResultCode.NO_ERROR:
-        estimate.add(time.monotonic() - started - checkpoint.yielded_s)
+        estimate.add(time.monotonic() - started - (yielded_seconds() - yielded_at_start))
     return result

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..enums import DEFAULT_LOOP_TIMEOUT_NS, MAXIMUM_LOOP_TIMEOUT_NS, NO_TIMING, DurationCode, ResultCode
 from ..errors import MltsError, bad_data, bad_state
-from ..hal import NO_TIMING_INFO, CallTiming, ExecutionResult, IPreparedModel, OutputShape, Timing, deadline_from_timeout
+from ..hal import NO_TIMING_INFO, ExecutionResult, IPreparedModel, OutputShape, Timing, deadline_from_timeout
 from ..hal.memory import Memory
 from ..hal.sync_fence import close_fds
 from ..hal.validation import effective_type
@@ -26,7 +26,8 @@ from .compilation import Compilation
 from .event import Event, dup_fences, wait_for_dependencies
 from .execution_plan import Step
 from .op_profiling import OperationProfile, ProfiledStepRunner
-from .step_runner import Binding, domain_input, StepRunner
+from .reusable_lane import ReusableLane, lane_for
+from .step_runner import Binding, StepRunner, call_record, domain_input
 
 
 class Execution:
@@ -53,8 +54,11 @@ class Execution:
         self._fenced_timing: Timing | None = None  # set only by a fenced execution
         self._driver_fenced_timing: Timing | None = None  # the driver's timingFenced, when it reported one
         self._results: list[np.ndarray | None] = [None] * len(self._out_types)
-        self._calls: list[dict] = []  # per driver call: where its time went (get_timing_breakdown)
+        #: per driver call, (step, device name, hosting, checked result, elapsed ns): where its time went, made
+        #: into step_runner.call_record's dicts only when get_timing_breakdown asks
+        self._calls: list[tuple] = []
         self._requests: dict = {}  # (step, prepared model) -> the request last sent (step_runner._SentRequest)
+        self._lane: ReusableLane | None = None  # reusable_lane.py: later computes of unchanged settings
         self._wall_ns = 0
 
     # -- settings -------------------------------------------------------------------------------
@@ -63,6 +67,14 @@ class Execution:
             raise bad_state(f"{call}: the execution is running")
         if self._state == "completed" and not self._reusable:
             raise bad_state(f"{call}: the execution has completed and is not reusable")
+
+    def _change(self, call: str) -> None:
+        """A setting is about to change: allowed only between computations, and the reusable lane (built
+        for the settings of the last compute) no longer applies."""
+        self._check_preparation(call)
+        if self._lane is not None:
+            self._lane.close()
+            self._lane = None
 
     def _index(self, index: Any, count: int, what: str) -> int:
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < count:
@@ -82,7 +94,7 @@ class Execution:
 
     def set_input(self, index: int, array: Any, operand_type: OperandType | None = None) -> None:
         """Bind model input `index` to an array (its dtype must match the operand); None omits it."""
-        self._check_preparation("set_input")
+        self._change("set_input")
         i = self._index(index, len(self._in_types), "set_input")
         declared = self._in_types[i]
         if array is None:
@@ -99,7 +111,7 @@ class Execution:
 
     def set_input_from_memory(self, index: int, memory: Memory, offset: int, length: int,
                               operand_type: OperandType | None = None) -> None:
-        self._check_preparation("set_input_from_memory")
+        self._change("set_input_from_memory")
         i = self._index(index, len(self._in_types), "set_input_from_memory")
         if not isinstance(memory, Memory):
             raise bad_data(f"set_input_from_memory({i}): expected a Memory")
@@ -117,7 +129,7 @@ class Execution:
 
     def set_output(self, index: int, array: np.ndarray, operand_type: OperandType | None = None) -> None:
         """Bind model output `index` to a writable, C-contiguous array of the operand's dtype."""
-        self._check_preparation("set_output")
+        self._change("set_output")
         i = self._index(index, len(self._out_types), "set_output")
         declared = self._out_types[i]
         if not isinstance(array, np.ndarray):
@@ -135,7 +147,7 @@ class Execution:
 
     def set_output_from_memory(self, index: int, memory: Memory, offset: int, length: int,
                                operand_type: OperandType | None = None) -> None:
-        self._check_preparation("set_output_from_memory")
+        self._change("set_output_from_memory")
         i = self._index(index, len(self._out_types), "set_output_from_memory")
         if not isinstance(memory, Memory):
             raise bad_data(f"set_output_from_memory({i}): expected a Memory")
@@ -151,14 +163,14 @@ class Execution:
         self._outputs[i] = Binding(memory, int(offset), int(length), t.dimensions or ())
 
     def set_measure_timing(self, measure: bool) -> None:
-        self._check_preparation("set_measure_timing")
+        self._change("set_measure_timing")
         _check_bool(measure, "set_measure_timing")
         if not self.compilation.is_single_explicit_device:
             raise bad_data("set_measure_timing: only for a compilation created for exactly one device")
         self._measure = bool(measure)
 
     def set_timeout(self, duration_ns: int) -> None:
-        self._check_preparation("set_timeout")
+        self._change("set_timeout")
         if isinstance(duration_ns, bool) or not isinstance(duration_ns, int) or duration_ns < 0:
             raise bad_data(f"set_timeout: duration must be a non-negative int of nanoseconds, got {duration_ns!r}")
         if not self.compilation.is_single_explicit_device:
@@ -167,21 +179,34 @@ class Execution:
 
     def set_loop_timeout(self, duration_ns: int) -> None:
         """Limit for each WHILE loop; values above the 15 s maximum are clamped to it (as NNAPI)."""
-        self._check_preparation("set_loop_timeout")
+        self._change("set_loop_timeout")
         if isinstance(duration_ns, bool) or not isinstance(duration_ns, int) or duration_ns < 0:
             raise bad_data(f"set_loop_timeout: duration must be a non-negative int of nanoseconds, got {duration_ns!r}")
         self._loop_timeout_ns = min(duration_ns, MAXIMUM_LOOP_TIMEOUT_NS)
 
     def set_reusable(self, reusable: bool) -> None:
-        self._check_preparation("set_reusable")
+        self._change("set_reusable")
         _check_bool(reusable, "set_reusable")
         self._reusable = bool(reusable)
 
     # -- computing ------------------------------------------------------------------------------
     def compute(self) -> None:
-        """Run synchronously; raises MltsError on failure."""
+        """Run synchronously; raises MltsError on failure. A reusable execution whose settings have not
+        changed since its last successful compute runs through its reusable lane (reusable_lane.py)."""
+        lane = self._lane
+        if lane is not None and lane.burst is None and lane.compute():
+            return
         self._begin("compute")
         self._run(None)
+        self._rebind(None)
+
+    def _rebind(self, burst: Burst | None) -> None:
+        """After a successful compute of a reusable execution: the lane for the next ones."""
+        if not self._reusable:
+            return
+        if self._lane is not None:
+            self._lane.close()
+        self._lane = lane_for(self, burst)
 
     def compute_profiled(self) -> list[OperationProfile]:
         """Extension: compute(), timing each operation on devices whose prepared models implement the HAL's
@@ -216,8 +241,12 @@ class Execution:
         if not burst._busy.acquire(blocking=False):
             raise bad_state("burst_compute: the burst is already running another execution")
         try:
+            lane = self._lane
+            if lane is not None and lane.burst is burst and lane.compute():
+                return
             self._begin("burst_compute")
             self._run(burst)
+            self._rebind(burst)
         finally:
             burst._busy.release()
 
@@ -376,7 +405,7 @@ class Execution:
         """
         if self._state != "completed":
             raise bad_state("get_timing_breakdown: the execution has not completed")
-        calls = [dict(c) for c in self._calls]
+        calls = [call_record(*c) for c in self._calls]
         total = self._wall_ns // 1000
         ipc = sum(c["ipc"] for c in calls)
         driver = sum(c["driver"] for c in calls)
@@ -385,19 +414,8 @@ class Execution:
                 "device": sum(device_times) if device_times else None, "calls": calls}
 
     def _record_call(self, step: Step, prepared: IPreparedModel, result: ExecutionResult, elapsed_ns: int) -> None:
-        elapsed = elapsed_ns // 1000
-        ct = result.call_timing
-        if isinstance(ct, CallTiming):
-            driver = min(max(0, int(ct.driver)), elapsed)
-            ipc = min(max(0, int(ct.ipc)), elapsed - driver)
-        else:
-            driver, ipc = elapsed, 0
-        on_device = result.timing.time_on_device
         device = step.device if prepared is step.prepared else self.compilation.cpu_device  # else: CPU fallback
-        self._calls.append({"step": step.index, "device_name": device.name, "hosting": device.hosting,
-                            "status": ResultCode(result.status).name, "ipc": ipc, "driver": driver,
-                            "runtime": elapsed - ipc - driver,
-                            "device": None if on_device == NO_TIMING else int(on_device)})
+        self._calls.append((step.index, device.name, device.hosting, result, elapsed_ns))
 
 
 def _as_array(value: Any, t: OperandType, what: str) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import qos, vlog
 from ..drivers import base as drivers_base
-from ..enums import ResultCode
+from ..enums import NO_TIMING, ResultCode
 from ..errors import MltsError
 from ..hal import (NO_TIMING_INFO, CallTiming, DataLocation, ExecutionResult, IPreparedModel, OutputShape, Request,
                    RequestArgument, is_valid_timing)
@@ -67,32 +67,60 @@ class StepRunner:
         self.fell_back = False
 
     def run(self) -> None:
-        ex = self.ex
-        hal = self.comp.model.hal_model()
-        main = hal.main
-        values: dict[int, np.ndarray | None] = {}
-        for operand_index, binding, t in zip(main.input_indexes, ex._inputs, ex._in_types):
-            values[operand_index] = None if binding.omitted else domain_input(binding, "compute")
+        values = self.input_values()
         try:
             for step in self.plan.steps:
                 if step is not self.plan.steps[0]:
                     self._partition_checkpoint(step)
                 self._run_step(step, values)
         except MltsError as e:
-            on_cpu_already = self.plan.is_simple and self.plan.steps[0].device.name == self.comp.cpu_device.name
-            if not self._may_fall_back(e) or on_cpu_already:
-                raise self._finish_error(e)
-            self._log(f"execution failed ({e.code.name}: {e.message}); whole model falls back to "
-                      f"{self.comp.cpu_device.name}")
-            self._record_fallback(e, "whole model")
-            self.fell_back = True
-            values = {k: v for k, v in values.items() if k in main.input_indexes}
-            whole = Step(0, self.comp.cpu_device, -1, [], hal, list(main.input_indexes), list(main.output_indexes))
-            whole.prepared = self.comp.cpu_prepared("whole", hal)
-            try:
-                self._run_step(whole, values, allow_partial_fallback=False)
-            except MltsError as e2:
-                raise self._finish_error(e2)
+            self._recover(e, values)
+        self._set_outputs(values)
+
+    def input_values(self) -> dict[int, Any]:
+        """The model inputs' values, by operand index (None where omitted)."""
+        ex = self.ex
+        values: dict[int, Any] = {}
+        for operand_index, binding in zip(self.comp.model.hal_model().main.input_indexes, ex._inputs):
+            values[operand_index] = None if binding.omitted else domain_input(binding, "compute")
+        return values
+
+    def finish_with(self, result: ExecutionResult, request: Request) -> None:
+        """Complete a single-step computation whose driver call already returned `result` (a reusable
+        execution's run, app/reusable_lane.py): the same checks, errors and CPU fallback as `run`."""
+        step = self.plan.steps[0]
+        values = self.input_values()
+        try:
+            cached = self.ex._requests[(step.index, id(step.prepared))]
+            self._accept(step, step.prepared, checked_result(result), cached.out_specs, cached.buffers, values,
+                         retry_allowed=False)
+        except MltsError as e:
+            self._recover(e, values)
+        self._set_outputs(values)
+
+    def _recover(self, e: MltsError, values: dict[int, Any]) -> None:
+        """After a failed step: the whole model on the CPU where NNAPI allows it, else the error."""
+        hal = self.comp.model.hal_model()
+        main = hal.main
+        on_cpu_already = self.plan.is_simple and self.plan.steps[0].device.name == self.comp.cpu_device.name
+        if not self._may_fall_back(e) or on_cpu_already:
+            raise self._finish_error(e)
+        self._log(f"execution failed ({e.code.name}: {e.message}); whole model falls back to "
+                  f"{self.comp.cpu_device.name}")
+        self._record_fallback(e, "whole model")
+        self.fell_back = True
+        for k in [k for k in values if k not in main.input_indexes]:
+            del values[k]
+        whole = Step(0, self.comp.cpu_device, -1, [], hal, list(main.input_indexes), list(main.output_indexes))
+        whole.prepared = self.comp.cpu_prepared("whole", hal)
+        try:
+            self._run_step(whole, values, allow_partial_fallback=False)
+        except MltsError as e2:
+            raise self._finish_error(e2)
+
+    def _set_outputs(self, values: dict[int, Any]) -> None:
+        ex = self.ex
+        main = self.comp.model.hal_model().main
         shapes = []
         for k, operand_index in enumerate(main.output_indexes):
             v = values[operand_index]
@@ -157,18 +185,32 @@ class StepRunner:
                     driver_pools.close()
             else:
                 result = self._send(step, prepared, request, use_burst)
-            if result.status == ResultCode.OUTPUT_INSUFFICIENT_SIZE and result.output_shapes:
-                # Runtime-owned buffers grow to the reported shapes; application buffers are the user's to grow.
-                if len(result.output_shapes) != len(out_specs):
-                    raise MltsError(ResultCode.OP_FAILED, f"{step.device.name} reported {len(result.output_shapes)} "
-                                                          f"output shapes for {len(out_specs)} outputs")
-                if any(isinstance(b, Binding) and not s.is_sufficient
-                       for b, s in zip(buffers, result.output_shapes)) or attempt == 2:
-                    raise MltsError(ResultCode.OUTPUT_INSUFFICIENT_SIZE, result.message or "output buffer too small",
-                                    output_shapes=self._model_output_shapes(step, result.output_shapes))
+            if result.status == ResultCode.OUTPUT_INSUFFICIENT_SIZE and result.output_shapes and attempt < 2 \
+                    and self._insufficient(step, result, out_specs, buffers, retry_allowed=True):
                 buffers = self._allocate_outputs(out_specs, result.output_shapes)
                 continue
             break
+        self._accept(step, prepared, result, out_specs, buffers, values, retry_allowed=False)
+
+    def _insufficient(self, step: Step, result: ExecutionResult, out_specs: list, buffers: list, *,
+                      retry_allowed: bool) -> bool:
+        """OUTPUT_INSUFFICIENT_SIZE reported: True when runtime-owned buffers should grow to the reported
+        shapes and the step run again; raises when an application buffer is what is too small (it is the
+        user's to grow) or no retry is allowed."""
+        if len(result.output_shapes) != len(out_specs):
+            raise MltsError(ResultCode.OP_FAILED, f"{step.device.name} reported {len(result.output_shapes)} "
+                                                  f"output shapes for {len(out_specs)} outputs")
+        if not retry_allowed or any(isinstance(b, Binding) and not s.is_sufficient
+                                    for b, s in zip(buffers, result.output_shapes)):
+            raise MltsError(ResultCode.OUTPUT_INSUFFICIENT_SIZE, result.message or "output buffer too small",
+                            output_shapes=self._model_output_shapes(step, result.output_shapes))
+        return True
+
+    def _accept(self, step: Step, prepared: IPreparedModel, result: ExecutionResult, out_specs: list, buffers: list,
+                values: dict[int, Any], *, retry_allowed: bool) -> None:
+        """A step's driver result checked against NNAPI's rules; its outputs become `values`."""
+        if result.status == ResultCode.OUTPUT_INSUFFICIENT_SIZE and result.output_shapes:
+            self._insufficient(step, result, out_specs, buffers, retry_allowed=retry_allowed)
         if result.status != ResultCode.NO_ERROR:
             raise MltsError(result.status, f"{step.device.name}: {result.message or result.status.name}",
                             output_shapes=self._model_output_shapes(step, result.output_shapes))
@@ -249,9 +291,9 @@ class StepRunner:
         started = time.perf_counter_ns()
         device = step.device if prepared is step.prepared else self.comp.cpu_device  # else: CPU fallback
         try:  # the per-client priority queue in front of the driver (mlts.runtime.qos)
-            with qos.admitted(qos.queue_for(device), self.comp.priority, self.deadline,
-                              f"execution {id(self.ex):#x} step {step.index}"):
-                result = self._call_driver(step, prepared, request, use_burst)
+            result = qos.run_admitted(qos.queue_for(device), self.comp.priority, self.deadline,
+                                      f"execution {id(self.ex):#x} step {step.index}",
+                                      self._call_driver, step, prepared, request, use_burst)
         except MltsError as e:  # refused by the queue (busy, or the deadline passed while waiting)
             result = ExecutionResult(e.code, [], message=e.message)
         self.ex._record_call(step, prepared, result, time.perf_counter_ns() - started)
@@ -275,28 +317,7 @@ class StepRunner:
             return ExecutionResult(e.code, e.output_shapes or [], message=e.message)
         except Exception as e:  # the client survives any driver failure
             return ExecutionResult(ResultCode.OP_FAILED, [], message=f"driver raised {type(e).__name__}: {e}")
-        if not isinstance(result, ExecutionResult):
-            return ExecutionResult(ResultCode.OP_FAILED, [], message="driver returned no result")
-        try:
-            status = result.status if type(result.status) is ResultCode else ResultCode(result.status)
-            shapes = result.output_shapes if type(result.output_shapes) is list else list(result.output_shapes or [])
-        except (ValueError, TypeError):
-            return ExecutionResult(ResultCode.OP_FAILED, [], message=f"driver returned an invalid result "
-                                                                     f"(status {result.status!r})")
-        for shape in shapes:
-            if not isinstance(shape, OutputShape):
-                return ExecutionResult(ResultCode.OP_FAILED, [], message="driver returned invalid output shapes")
-        timing = result.timing if is_valid_timing(result.timing) else NO_TIMING_INFO
-        fenced_timing = getattr(result, "fenced_timing", None)  # execute_fenced's timingFenced
-        if fenced_timing is not None and not is_valid_timing(fenced_timing):
-            fenced_timing = None  # malformed: as if not reported
-        call_timing = getattr(result, "call_timing", None)
-        if status != result.status or shapes is not result.output_shapes or timing is not result.timing \
-                or fenced_timing is not getattr(result, "fenced_timing", None):
-            result = ExecutionResult(status, shapes, timing, result.message,
-                                     call_timing if isinstance(call_timing, CallTiming) else None, fenced_timing)
-        return result
-
+        return checked_result(result)
 
     def _call_async(self, prepared: IPreparedModel, request: Request, measure: bool,
                     loop_timeout: int) -> ExecutionResult:
@@ -314,6 +335,51 @@ class StepRunner:
             return ExecutionResult(ResultCode.MISSED_DEADLINE_TRANSIENT, [],
                                    message="the asynchronous execution was not done by its deadline")
         return result
+
+
+def checked_result(result: Any) -> ExecutionResult:
+    """What a driver returned, as a well-formed ExecutionResult (OP_FAILED for anything malformed): the
+    client trusts nothing that crosses the driver boundary."""
+    if not isinstance(result, ExecutionResult):
+        return ExecutionResult(ResultCode.OP_FAILED, [], message="driver returned no result")
+    try:
+        status = result.status if type(result.status) is ResultCode else ResultCode(result.status)
+        shapes = result.output_shapes if type(result.output_shapes) is list else list(result.output_shapes or [])
+    except (ValueError, TypeError):
+        return ExecutionResult(ResultCode.OP_FAILED, [], message=f"driver returned an invalid result "
+                                                                 f"(status {result.status!r})")
+    for shape in shapes:
+        if not isinstance(shape, OutputShape):
+            return ExecutionResult(ResultCode.OP_FAILED, [], message="driver returned invalid output shapes")
+    timing = result.timing if is_valid_timing(result.timing) else NO_TIMING_INFO
+    fenced_timing = getattr(result, "fenced_timing", None)  # execute_fenced's timingFenced
+    if fenced_timing is not None and not is_valid_timing(fenced_timing):
+        fenced_timing = None  # malformed: as if not reported
+    call_timing = getattr(result, "call_timing", None)
+    if status != result.status or shapes is not result.output_shapes or timing is not result.timing \
+            or fenced_timing is not getattr(result, "fenced_timing", None):
+        result = ExecutionResult(status, shapes, timing, result.message,
+                                 call_timing if isinstance(call_timing, CallTiming) else None, fenced_timing)
+    return result
+
+
+_STATUS_NAMES = {code: code.name for code in ResultCode}
+
+
+def call_record(step_index: int, device_name: str, hosting: str, result: ExecutionResult, elapsed_ns: int) -> dict:
+    """Where one driver call's time went (Execution.get_timing_breakdown's `calls`), from a checked result:
+    the driver's CallTiming (services report ipc and driver time) bounded by the time measured here."""
+    elapsed = elapsed_ns // 1000
+    ct = result.call_timing
+    if isinstance(ct, CallTiming):
+        driver = min(max(0, int(ct.driver)), elapsed)
+        ipc = min(max(0, int(ct.ipc)), elapsed - driver)
+    else:
+        driver, ipc = elapsed, 0
+    on_device = result.timing.time_on_device
+    return {"step": step_index, "device_name": device_name, "hosting": hosting,
+            "status": _STATUS_NAMES[result.status], "ipc": ipc, "driver": driver, "runtime": elapsed - ipc - driver,
+            "device": None if on_device == NO_TIMING else int(on_device)}
 
 
 @dataclass

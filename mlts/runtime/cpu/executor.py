@@ -98,6 +98,12 @@ class PreparedGraph:
 
     def run_operation(self, j: int, op, impl, subgraph: Subgraph, values: dict[int, Any],
                       runner: SubgraphRunner) -> list[np.ndarray]:
+        ctx = self.operation_context(j, op, subgraph, values, runner)
+        return self.prepare_and_execute(ctx, impl)
+
+    def operation_context(self, j: int, op, subgraph: Subgraph, values: dict[int, Any], runner: SubgraphRunner,
+                          context: type[OperationContext] = OperationContext) -> OperationContext:
+        """The execute-phase context of operation `j` on the current values."""
         in_types: list[OperandType | None] = []
         in_values: list[Any] = []
         for i in op.inputs:
@@ -115,11 +121,16 @@ class PreparedGraph:
             in_types.append(t)
             in_values.append(v)
         out_types = [subgraph.operands[o].type for o in op.outputs]
-        ctx = OperationContext(op_index=j, code=op.type, input_types=in_types, output_types=out_types,
-                               input_values=in_values, input_operands=op.inputs, output_operands=op.outputs,
-                               phase="execute", relaxed=self.model.relax_computation_float32_to_float16,
-                               error_code=ResultCode.OP_FAILED, runner=runner)
-        where = f"operation {j} ({op.type.name})"
+        return context(op_index=j, code=op.type, input_types=in_types, output_types=out_types,
+                       input_values=in_values, input_operands=op.inputs, output_operands=op.outputs,
+                       phase="execute", relaxed=self.model.relax_computation_float32_to_float16,
+                       error_code=ResultCode.OP_FAILED, runner=runner)
+
+    def prepare_and_execute(self, ctx: OperationContext, impl) -> list[np.ndarray]:
+        """NNAPI's per-run prepare (shape inference and validation, shapes checked against the declared
+        ones), then the kernel; its outputs checked against the shapes and dtypes."""
+        out_types = [ctx.output_type(k) for k in range(ctx.num_outputs)]
+        where = f"operation {ctx.op_index} ({ctx.code.name})"
         try:
             shapes = impl.prepare(ctx)
             for k, (shape, t) in enumerate(zip(shapes, out_types)):
@@ -129,19 +140,26 @@ class PreparedGraph:
                                    f"{list(t.dimensions)}", output=k)
             ctx.output_shapes = shapes
             if vlog.is_on("cpuexe"):
+                in_types = [ctx.input_type(k) for k in range(ctx.num_inputs)]
                 vlog.log("cpuexe", f"{where}: inputs {[None if t is None else t.describe() for t in in_types]}")
             results = impl.execute(ctx)
         except MltsError:
             raise
         except Exception as e:
             raise error_from_exception(e, f"{where} failed") from None
-        if len(results) != len(op.outputs):
-            raise MltsError(ResultCode.OP_FAILED, f"{where}: kernel returned {len(results)} outputs")
-        checked = []
-        for k, (r, shape, t) in enumerate(zip(results, shapes, out_types)):
-            r = np.asarray(r)
-            if tuple(r.shape) != tuple(shape) or r.dtype != t.dtype:
-                raise MltsError(ResultCode.OP_FAILED, f"{where}: output {k} is {r.dtype}{list(r.shape)}, "
-                                                      f"expected {t.dtype}{list(shape)}")
-            checked.append(r)
-        return checked
+        return checked_results(where, results, shapes, out_types)
+
+
+def checked_results(where: str, results: Sequence[Any], shapes: Sequence[tuple[int, ...]],
+                    out_types: Sequence[OperandType]) -> list[np.ndarray]:
+    """A kernel's outputs as arrays of the prepared shapes and the operands' dtypes (OP_FAILED otherwise)."""
+    if len(results) != len(out_types):
+        raise MltsError(ResultCode.OP_FAILED, f"{where}: kernel returned {len(results)} outputs")
+    checked = []
+    for k, (r, shape, t) in enumerate(zip(results, shapes, out_types)):
+        r = np.asarray(r)
+        if tuple(r.shape) != tuple(shape) or r.dtype != t.dtype:
+            raise MltsError(ResultCode.OP_FAILED, f"{where}: output {k} is {r.dtype}{list(r.shape)}, "
+                                                  f"expected {t.dtype}{list(shape)}")
+        checked.append(r)
+    return checked

@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..enums import ResultCode
 from ..errors import MltsError
-from ..hal.interface import IBurst, IDevice, IExecutionCallback, IPreparedModel
+from ..hal.interface import (IBurst, IDevice, IExecution, IExecutionCallback, IPreparedModel, IReusableBurst,
+                             IReusablePreparedModel)
 from ..hal.sync_fence import wait_all
 from ..hal.types import (NO_TIMING_INFO, AllocatedBuffer, BufferDesc, BufferRole, CacheHandles, ExecutionResult,
                          Request, deadline_from_timeout, failed_result, fenced_timings)
@@ -37,7 +38,7 @@ class ExecutionCallback(IExecutionCallback):
         return self._result
 
 
-class BurstContext(IBurst):
+class BurstContext(IBurst, IReusableBurst):
     """A burst that simply forwards each request to synchronous runs of its prepared model."""
 
     def __init__(self, prepared: IPreparedModel) -> None:
@@ -47,12 +48,46 @@ class BurstContext(IBurst):
                 loop_timeout_ns: int) -> ExecutionResult:
         return self.prepared.execute_synchronously(request, measure, deadline, loop_timeout_ns)
 
+    def create_reusable_execution(self, request: Request, measure: bool, loop_timeout_ns: int) -> IExecution:
+        """The prepared model's own reusable execution while this burst only forwards to it; a burst that
+        changes execute gets runs through that execute."""
+        if type(self).execute is BurstContext.execute and isinstance(self.prepared, IReusablePreparedModel):
+            return self.prepared.create_reusable_execution(request, measure, loop_timeout_ns)
+        return DefaultExecution(self, request, measure, loop_timeout_ns, run=self.execute)
+
     def close(self) -> None:
         pass
 
 
-class PreparedModel(IPreparedModel):
+class DefaultExecution(IExecution):
+    """A reusable execution that sends its request to `execute_synchronously` on every run (what a
+    prepared model without its own createReusableExecution offers, as AOSP's adapters do)."""
+
+    def __init__(self, prepared: IPreparedModel | IBurst, request: Request, measure: bool, loop_timeout_ns: int,
+                 run: Callable[..., ExecutionResult] | None = None) -> None:
+        self.prepared = prepared
+        self.request = request
+        self.measure = measure
+        self.loop_timeout_ns = loop_timeout_ns
+        #: what runs the request: the prepared model's execute_synchronously, or a burst's execute
+        self.run = run if run is not None else prepared.execute_synchronously
+
+    def execute_synchronously(self, deadline: float | None) -> ExecutionResult:
+        try:
+            return self.run(self.request, self.measure, deadline, self.loop_timeout_ns)
+        except Exception as e:  # executions report failures in their result, as the HAL says
+            return failed_result(e, "execute_synchronously: the execution raised")
+
+    def close(self) -> None:
+        self.prepared = self.request = self.run = None
+
+
+class PreparedModel(IPreparedModel, IReusablePreparedModel):
     """A prepared model with every execution path built over `execute_synchronously`."""
+
+    def create_reusable_execution(self, request: Request, measure: bool, loop_timeout_ns: int) -> IExecution:
+        """Validation stays per run (a driver that can validate once overrides this)."""
+        return DefaultExecution(self, request, measure, loop_timeout_ns)
 
     def execute(self, request: Request, measure: bool, deadline: float | None,
                 loop_timeout_ns: int) -> ExecutionCallback:

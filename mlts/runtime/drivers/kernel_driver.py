@@ -5,18 +5,22 @@ which is what gives the partitioner real choices. The reference driver is one of
 """
 from __future__ import annotations
 
+import threading
 import time
+from functools import partial
 from typing import Callable, Iterable
 
 import numpy as np
 
 from .. import qos, vlog
+from ..cpu.bound_graph import BoundGraph
 from ..cpu.executor import PreparedGraph
 from ..cpu.profiling import ProfiledGraph
 from ..enums import DeviceType, NO_TIMING, OperandCode, OperationCode, Preference, Priority, ResultCode
 from ..errors import ExecutionAborted, MltsError
-from ..hal import (AllocatedBuffer, BufferDesc, BufferRole, CacheHandles, Capabilities, ExecutionResult, HalModel,
-                   IOperationProfiling, OperationTime, OutputShape, Request, Timing, failed_result)
+from ..hal import (NO_TIMING_INFO, AllocatedBuffer, BufferDesc, BufferRole, BufferToken, CacheHandles, Capabilities,
+                   ExecutionResult, HalModel, IExecution, IOperationProfiling, OperationTime, OutputShape, Request,
+                   Timing, failed_result)
 from .base import Driver, PreparedModel
 from ..hal.validation import (RequestValidator, validate_deadline, validate_execution_arguments, validate_hal_model,
                               validate_preparation_arguments, validate_request)
@@ -144,9 +148,21 @@ class KernelPreparedModel(PreparedModel, IOperationProfiling):
             return ExecutionResult(e.code, [], message=e.message)
         # Refused before starting when the deadline will be missed; checkpoints between operations
         # abort a run that will miss it and let the runtime's queue pre-empt it (mlts.runtime.qos).
-        return qos.predicted_run(self.estimate, self.driver, len(self.model.main.operations), deadline,
-                                 self.driver.name, lambda checkpoint: self._run(request, measure, deadline,
-                                                                              loop_timeout_ns, checkpoint))
+        return qos.predicted_run(self.estimate, qos.load_of(self.driver), len(self.model.main.operations),
+                                 deadline, self.driver.name,
+                                 lambda checkpoint: self._run(request, measure, deadline, loop_timeout_ns, checkpoint))
+
+    def create_reusable_execution(self, request: Request, measure: bool, loop_timeout_ns: int) -> IExecution:
+        """Validated and resolved once. A request naming driver-allocated buffers (resolved per run), or a
+        subclass that changes execute_synchronously, gets the forwarding default, so that its run is the one
+        made."""
+        if type(self).execute_synchronously is not KernelPreparedModel.execute_synchronously or \
+                any(isinstance(pool, BufferToken) for pool in request.pools):
+            return super().create_reusable_execution(request, measure, loop_timeout_ns)
+        name = self.driver.name
+        validate_execution_arguments(measure, None, loop_timeout_ns, f"{name}: createReusableExecution")
+        in_types = validate_request(request, self.model)
+        return KernelExecution(self, request, _input_arrays(request, in_types, None), measure, loop_timeout_ns)
 
     def _run(self, request: Request, measure: bool, deadline: float | None, loop_timeout_ns: int,
              checkpoint) -> ExecutionResult:
@@ -177,28 +193,108 @@ def run_request(graph: PreparedGraph, request: Request, measure: bool, deadline:
         t_device = time.perf_counter_ns()
         outputs = graph.run(inputs, deadline=deadline, loop_timeout_ns=loop_timeout_ns, checkpoint=checkpoint)
         t_device = time.perf_counter_ns() - t_device
-        out_buffers = ([buffers.buffer(arg.location.pool_index) for arg in request.outputs] if buffers is not None
-                       else [None] * len(request.outputs))
-        shapes = [OutputShape(tuple(o.shape), o.nbytes <= arg.location.length if b is None else b.fits(o.shape))
-                  for o, arg, b in zip(outputs, request.outputs, out_buffers)]
-        if any(b is not None and not s.is_sufficient for b, s in zip(out_buffers, shapes)):
-            # as AOSP's sample driver: a device buffer of the wrong dimensions is a failure, not a resize
-            return ExecutionResult(ResultCode.OP_FAILED, [], message="an output's computed shape does not fit "
-                                                                     "the dimensions of its device buffer")
-        if not all(s.is_sufficient for s in shapes):
+        return _write_outputs(request, outputs, buffers, measure, t_driver, t_device)
+    except Exception as e:  # a driver must never let an exception escape to its client
+        return failed_execution(driver_name, e)
+
+
+def _write_outputs(request: Request, outputs: list[np.ndarray], buffers: RequestBuffers | None, measure: bool,
+                   t_driver: int, t_device: int) -> ExecutionResult:
+    """A run's outputs written to the request's regions (or device buffers), with NNAPI's shape checks."""
+    out_buffers = ([buffers.buffer(arg.location.pool_index) for arg in request.outputs] if buffers is not None
+                   else [None] * len(request.outputs))
+    shapes = [OutputShape(tuple(o.shape), o.nbytes <= arg.location.length if b is None else b.fits(o.shape))
+              for o, arg, b in zip(outputs, request.outputs, out_buffers)]
+    if any(b is not None and not s.is_sufficient for b, s in zip(out_buffers, shapes)):
+        # as AOSP's sample driver: a device buffer of the wrong dimensions is a failure, not a resize
+        return ExecutionResult(ResultCode.OP_FAILED, [], message="an output's computed shape does not fit "
+                                                                 "the dimensions of its device buffer")
+    for s in shapes:
+        if not s.is_sufficient:
             small = [k for k, s in enumerate(shapes) if not s.is_sufficient]
             return ExecutionResult(ResultCode.OUTPUT_INSUFFICIENT_SIZE, shapes,
                                    message=f"output buffers {small} are too small")
-        for k, (o, arg) in enumerate(zip(outputs, request.outputs)):
-            if out_buffers[k] is not None:
-                out_buffers[k].write(o, f"output {k}")
-                continue
-            pool = request.pools[arg.location.pool_index]
-            dest = pool.array(arg.location.offset, o.dtype, o.shape)
-            np.copyto(dest, o, casting="no")
-        return ExecutionResult(ResultCode.NO_ERROR, shapes, measured_timing(measure, t_driver, t_device))
-    except Exception as e:  # a driver must never let an exception escape to its client
-        return failed_execution(driver_name, e)
+    for k, (o, arg) in enumerate(zip(outputs, request.outputs)):
+        if out_buffers[k] is not None:
+            out_buffers[k].write(o, f"output {k}")
+            continue
+        pool = request.pools[arg.location.pool_index]
+        pool.array(arg.location.offset, o.dtype, o.shape)[...] = o  # the dtype is the operand's: checked by the executor
+    return ExecutionResult(ResultCode.NO_ERROR, shapes, measured_timing(measure, t_driver, t_device))
+
+
+class KernelExecution(IExecution):
+    """A kernel driver's reusable execution (createReusableExecution): the request validated and its
+    input regions resolved once; each run goes through the driver's deadline predictor and checkpoints
+    as execute_synchronously does."""
+
+    def __init__(self, prepared: KernelPreparedModel, request: Request, inputs: list, measure: bool,
+                 loop_timeout_ns: int) -> None:
+        self.prepared = prepared
+        self.request = request
+        self.inputs = inputs
+        self.measure = measure
+        self.loop_timeout_ns = loop_timeout_ns
+        self.operations = len(prepared.model.main.operations)
+        self.load = qos.load_of(prepared.driver)
+        self.graph = BoundGraph(prepared.graph)
+        self._running = threading.Lock()
+        self.written: list | None = None  # (shape, dtype, view of the output region) of the last good run
+        self.shapes: list[OutputShape] = []
+
+    def execute_synchronously(self, deadline: float | None) -> ExecutionResult:
+        driver = self.prepared.driver
+        if deadline is not None:
+            try:
+                validate_deadline(deadline, f"{driver.name}: execute")
+            except MltsError as e:
+                return ExecutionResult(e.code, [], message=e.message)
+        return qos.predicted_run(self.prepared.estimate, self.load, self.operations, deadline, driver.name,
+                                 partial(self._run, deadline))
+
+    def _run(self, deadline: float | None, checkpoint) -> ExecutionResult:
+        t_driver = time.perf_counter_ns()
+        try:
+            if deadline is not None and time.monotonic() > deadline:
+                return ExecutionResult(ResultCode.MISSED_DEADLINE_PERSISTENT, [], message="deadline already passed")
+            t_device = time.perf_counter_ns()
+            if self._running.acquire(blocking=False):  # the bound graph serves one run at a time
+                try:
+                    outputs = self.graph.run(self.inputs, deadline=deadline, loop_timeout_ns=self.loop_timeout_ns,
+                                             checkpoint=checkpoint)
+                finally:
+                    self._running.release()
+            else:  # a concurrent run of the same execution: the executor's own run
+                outputs = self.prepared.graph.run(self.inputs, deadline=deadline,
+                                                  loop_timeout_ns=self.loop_timeout_ns, checkpoint=checkpoint)
+            t_device = time.perf_counter_ns() - t_device
+            written = self.written
+            if written is not None and self._write_as_before(outputs, written):
+                timing = measured_timing(True, t_driver, t_device) if self.measure else NO_TIMING_INFO
+                return ExecutionResult(ResultCode.NO_ERROR, list(self.shapes), timing)
+            result = _write_outputs(self.request, outputs, None, self.measure, t_driver, t_device)
+            if result.status == ResultCode.NO_ERROR:  # later runs of the same shapes write to the same views
+                self.shapes = result.output_shapes
+                self.written = [(o.shape, o.dtype, self.request.pools[arg.location.pool_index].array(
+                    arg.location.offset, o.dtype, o.shape)) for o, arg in zip(outputs, self.request.outputs)]
+            return result
+        except Exception as e:  # a driver must never let an exception escape to its client
+            return failed_execution(self.prepared.driver.name, e)
+
+    @staticmethod
+    def _write_as_before(outputs: list[np.ndarray], written: list) -> bool:
+        """Outputs of the shapes and dtypes of the last successful run: written to its views."""
+        if len(outputs) != len(written):
+            return False
+        for o, (shape, dtype, _) in zip(outputs, written):
+            if o.shape != shape or o.dtype != dtype:
+                return False
+        for o, (_, _, dest) in zip(outputs, written):
+            dest[...] = o
+        return True
+
+    def close(self) -> None:
+        self.inputs = []
 
 
 def _input_arrays(request: Request, in_types: list, buffers) -> list[np.ndarray | None]:
@@ -220,7 +316,7 @@ def _input_arrays(request: Request, in_types: list, buffers) -> list[np.ndarray 
 def measured_timing(measure: bool, t_driver_start_ns: int, t_device_ns: int) -> Timing:
     """NNAPI timing in microseconds from perf_counter_ns stamps; in-driver time never below on-device time."""
     if not measure:
-        return Timing()
+        return NO_TIMING_INFO
     total = time.perf_counter_ns() - t_driver_start_ns
     return Timing(time_on_device=t_device_ns // 1000, time_in_driver=max(total, t_device_ns) // 1000)
 

@@ -7,7 +7,8 @@ calls, `validation` NNAPI's checks of what crosses it, `memory` the pools and `s
 This package imports only the runtime's vocabulary (enums, errors, operand types) and the operation
 registry (to validate operations); never the application runtime or a driver.
 """
-from .interface import IBurst, IDevice, IExecutionCallback, IOperationProfiling, IPreparedModel
+from .interface import (IBurst, IDevice, IExecution, IExecutionCallback, IOperationProfiling, IPreparedModel,
+                        IReusableBurst, IReusablePreparedModel)
 from .types import (NO_TIMING_INFO, AllocatedBuffer, BufferDesc, BufferRole, BufferToken, CacheHandles, CallTiming,
                     Capabilities, DataLocation, DeviceBuffer, ExecutionResult, HalModel, HalOperand, HalOperation,
                     OperationTime, OutputShape, PerformanceInfo, Request, RequestArgument, Subgraph, Timing,
@@ -16,7 +17,8 @@ from .types import (NO_TIMING_INFO, AllocatedBuffer, BufferDesc, BufferRole, Buf
 __all__ = [
     "AllocatedBuffer", "BufferDesc", "BufferRole", "BufferToken", "CacheHandles", "CallTiming", "Capabilities",
     "DataLocation", "DeviceBuffer", "ExecutionResult", "HalModel", "HalOperand", "HalOperation", "IBurst", "IDevice",
-    "IExecutionCallback", "IOperationProfiling", "IPreparedModel", "NO_TIMING_INFO", "OperationTime", "OutputShape",
+    "IExecution", "IExecutionCallback", "IOperationProfiling", "IPreparedModel", "IReusableBurst", "IReusablePreparedModel",
+    "NO_TIMING_INFO", "OperationTime", "OutputShape",
     "PerformanceInfo", "Request", "RequestArgument", "Subgraph", "Timing", "constant_array", "deadline_from_timeout",
     "failed_result", "fenced_timings", "is_valid_timing",
 ]

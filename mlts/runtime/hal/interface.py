@@ -1,5 +1,6 @@
 """The interfaces a driver implements (NNAPI's IDevice, IPreparedModel, IBurst, IExecutionCallback), and
-the optional IOperationProfiling extension of a prepared model.
+the optional extensions: IReusablePreparedModel and IReusableBurst (NNAPI's createReusableExecution,
+returning an IExecution) and IOperationProfiling.
 
 Only the contract lives here: every method is abstract. The default behaviour most drivers want
 (asynchronous runs on a thread, bursts and fenced runs over synchronous ones, "not supported" answers)
@@ -72,6 +73,42 @@ class IPreparedModel(abc.ABC):
         `measure`, `timing` is timingLaunched (call to end) and `fenced_timing` timingFenced (fences
         signalled to end), NO_TIMING otherwise.
         """
+
+
+class IExecution(abc.ABC):
+    """One request bound to a prepared model once (NNAPI AIDL's IExecution): validated and laid out when
+    it is created, so that each run does only what depends on that run. The request's pools stay the
+    caller's; what they hold is read afresh on every run."""
+
+    @abc.abstractmethod
+    def execute_synchronously(self, deadline: float | None) -> ExecutionResult:
+        """Run the bound request once (the measure and loop timeout given at creation). Never raises:
+        failures are reported through the result's `status`."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release what the execution holds; it is not run again."""
+
+
+class IReusablePreparedModel(abc.ABC):
+    """Optional extension of a prepared model: NNAPI AIDL's IPreparedModel::createReusableExecution. The
+    runtime checks isinstance; a reusable Execution then creates one IExecution per step after its first
+    successful compute and runs it on later synchronous computes while its bindings are unchanged."""
+
+    @abc.abstractmethod
+    def create_reusable_execution(self, request: Request, measure: bool, loop_timeout_ns: int) -> IExecution:
+        """Validate `request` (as execute_synchronously would) and bind it. Raises MltsError (BAD_DATA for an
+        invalid request, OP_FAILED otherwise); the runtime then keeps sending the request per call."""
+
+
+class IReusableBurst(abc.ABC):
+    """Optional extension of a burst: NNAPI's IBurst::createReusableExecution. A reusable Execution whose
+    burst_compute goes through an open burst then runs later burst computes through one IExecution made by
+    the burst (so that the burst's own resources still serve them)."""
+
+    @abc.abstractmethod
+    def create_reusable_execution(self, request: Request, measure: bool, loop_timeout_ns: int) -> IExecution:
+        """As IReusablePreparedModel.create_reusable_execution, for runs through this burst."""
 
 
 class IOperationProfiling(abc.ABC):

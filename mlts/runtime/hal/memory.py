@@ -5,10 +5,10 @@ execution inputs and outputs. Every region used is checked against the pool's si
 """
 from __future__ import annotations
 
+import itertools
 import math
 import mmap
 import os
-import threading
 from typing import Any
 
 import numpy as np
@@ -24,8 +24,7 @@ class Memory:
     """A memory pool. Create with `Memory.create_shared(size)`, `Memory.from_file(path, ...)` or
     `Memory.from_fd(size, protect, fd, offset)`."""
 
-    _ids = 0
-    _ids_lock = threading.Lock()
+    _ids = itertools.count(1)
     #: memories created from a MemoryDesc carry its role and initialization checks (memory_desc.py)
     validator: Any = None
 
@@ -43,10 +42,13 @@ class Memory:
         self._mapping = mapping
         self._owner = owner  # keeps a wrapped array alive
         self.closed = False
-        with Memory._ids_lock:
-            Memory._ids += 1
-            self.id = Memory._ids
-        self.name = name or f"{kind}-memory-{self.id}"
+        self.id = next(Memory._ids)  # itertools.count: atomic under the GIL
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        """Its given name, or one made from its kind and id (made when first asked: most never are)."""
+        return self._name or f"{self.kind}-memory-{self.id}"
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -172,6 +174,8 @@ class Memory:
 
 def _as_int(value: Any, what: str) -> int:
     """A plain Python int (no numpy wrap-around in later arithmetic); bools and floats refused."""
+    if type(value) is int:
+        return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise bad_data(f"{what} must be an int, got {value!r}")
     return int(value)

@@ -224,7 +224,9 @@ def is_valid_timing(timing: object) -> bool:
     if not isinstance(timing, Timing):
         return False
     for v in (timing.time_on_device, timing.time_in_driver):  # a loop, not all(): on every execution's path
-        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or not 0 <= v <= NO_TIMING:
+        if type(v) is not int and (not isinstance(v, numbers.Integral) or isinstance(v, bool)):
+            return False
+        if not 0 <= v <= NO_TIMING:
             return False
     return True
 

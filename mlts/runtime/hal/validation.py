@@ -321,7 +321,7 @@ def validate_timeout_after_fence(timeout_ns: Any, call: str) -> int | None:
 
 def effective_type(declared: OperandType, dims: tuple[int, ...], what: str) -> OperandType:
     """The model's operand type refined by the dimensions given at execution time."""
-    if not dims:
+    if not dims or dims == declared.dimensions:  # none given, or exactly the model's (a tuple of ints)
         return declared
     dims = tuple(int(d) for d in dims)
     if declared.dimensions is not None:

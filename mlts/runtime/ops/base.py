@@ -87,6 +87,11 @@ class OperationContext:
         #: outputs a control-flow operation computed while its shapes were asked for (see control_flow.py)
         self.control_flow_results: list[Any] | None = None
 
+    def rebind(self, input_values: list[Any]) -> None:
+        """The same operation, with the same types and prepared shapes, on new input values (one context
+        reused run after run by cpu/bound_graph.py, where nothing prepare read can have changed)."""
+        self._values = input_values
+
     # -- counts and types ---------------------------------------------------------------------
     @property
     def num_inputs(self) -> int:

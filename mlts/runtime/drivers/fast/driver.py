@@ -15,10 +15,11 @@ import numpy as np
 from ... import vlog
 from ...enums import DeviceType, FeatureLevel, OperandCode, Preference, Priority, ResultCode
 from ...errors import MltsError, error_from_exception
-from ...hal import (CacheHandles, Capabilities, ExecutionResult, HalModel, IOperationProfiling, OperationTime,
-                    OutputShape, PerformanceInfo, Request)
+from ...hal import (NO_TIMING_INFO, CacheHandles, Capabilities, ExecutionResult, HalModel, IExecution,
+                    IOperationProfiling,
+                    OperationTime, OutputShape, PerformanceInfo, Request)
 from ..base import Driver, PreparedModel
-from ...hal.validation import (RequestValidator, validate_execution_arguments, validate_hal_model,
+from ...hal.validation import (RequestValidator, validate_deadline, validate_execution_arguments, validate_hal_model,
                                validate_preparation_arguments)
 from ..kernel_driver import failed_execution, measured_timing
 
@@ -108,40 +109,93 @@ class FastPreparedModel(PreparedModel, IOperationProfiling):
     def execute_synchronously(self, request: Request, measure: bool, deadline: float | None,
                               loop_timeout_ns: int) -> ExecutionResult:
         t_driver = time.perf_counter_ns()
-        name = self.driver.name
         try:
-            validate_execution_arguments(measure, deadline, loop_timeout_ns, f"{name}: execute")
-            in_types = self.requests.validate(request)
-            if deadline is not None and time.monotonic() > deadline:
-                return ExecutionResult(ResultCode.MISSED_DEADLINE_TRANSIENT, [], message="deadline already passed")
-            plan = self.plan
-            memo = self.requests.memo(request)
-            shapes = memo.get("shapes")
-            if shapes is None:
-                shapes = memo["shapes"] = [OutputShape(plan.values[i].shape,
-                                                       plan.values[i].type.byte_size() <= arg.location.length)
-                                           for i, arg in zip(plan.outputs, request.outputs)]
-            if not all(s.is_sufficient for s in shapes):
+            validate_execution_arguments(measure, deadline, loop_timeout_ns, f"{self.driver.name}: execute")
+            bound = self._bind(request)
+            if type(bound) is ExecutionResult:
+                return bound
+            return self._run_bound(bound, measure, deadline, t_driver)
+        except Exception as e:  # a driver must never let an exception escape to its client
+            return failed_execution(self.driver.name, e)
+
+    def create_reusable_execution(self, request: Request, measure: bool, loop_timeout_ns: int) -> IExecution:
+        """The request validated and its regions resolved once; each run copies in, runs, copies out. A
+        subclass that changes execute_synchronously gets the forwarding default, so its change applies."""
+        if type(self).execute_synchronously is not FastPreparedModel.execute_synchronously:
+            return super().create_reusable_execution(request, measure, loop_timeout_ns)
+        validate_execution_arguments(measure, None, loop_timeout_ns, f"{self.driver.name}: createReusableExecution")
+        bound = self._bind(request)
+        if type(bound) is ExecutionResult:
+            raise MltsError(bound.status, f"{self.driver.name}: createReusableExecution: {bound.message}")
+        return FastExecution(self, bound, measure)
+
+    def _bind(self, request: Request) -> tuple[list[OutputShape], tuple] | ExecutionResult:
+        """(output shapes, (input views, output views)) of a valid request, remembered while the same
+        request comes again; OUTPUT_INSUFFICIENT_SIZE's result when an output region is too small."""
+        in_types = self.requests.validate(request)
+        plan = self.plan
+        memo = self.requests.memo(request)
+        shapes = memo.get("shapes")
+        if shapes is None:
+            shapes = memo["shapes"] = [OutputShape(plan.values[i].shape,
+                                                   plan.values[i].type.byte_size() <= arg.location.length)
+                                       for i, arg in zip(plan.outputs, request.outputs)]
+        for s in shapes:
+            if not s.is_sufficient:
                 small = [k for k, s in enumerate(shapes) if not s.is_sufficient]
                 return ExecutionResult(ResultCode.OUTPUT_INSUFFICIENT_SIZE, shapes,
                                        message=f"output buffers {small} are too small")
+        views = memo.get("views")
+        if views is None:
             ws = plan.acquire()
             try:
-                views = memo.get("views")
-                if views is None:
-                    views = memo["views"] = _region_views(name, request, in_types, ws)
-                for source, dest in zip(views[0], ws.inputs):
-                    np.copyto(dest, source)
+                views = memo["views"] = _region_views(self.driver.name, request, in_types, ws)
+            finally:
+                plan.release(ws)
+        return shapes, views
+
+    def _run_bound(self, bound: tuple, measure: bool, deadline: float | None, t_driver: int) -> ExecutionResult:
+        if deadline is not None and time.monotonic() > deadline:
+            return ExecutionResult(ResultCode.MISSED_DEADLINE_TRANSIENT, [], message="deadline already passed")
+        shapes, (inputs, outputs) = bound
+        plan = self.plan
+        ws = plan.acquire()
+        try:
+            for source, dest in zip(inputs, ws.inputs):
+                dest[...] = source  # same dtype and shape (the views are the plan's): a plain copy
+            if measure:
                 t_device = time.perf_counter_ns()
                 ws.run(None if deadline is None else _deadline_check(deadline))
                 t_device = time.perf_counter_ns() - t_device
-                for dest, src in zip(views[1], ws.outputs):
-                    np.copyto(dest, src, casting="no")
-            finally:
-                plan.release(ws)
-            return ExecutionResult(ResultCode.NO_ERROR, list(shapes), measured_timing(measure, t_driver, t_device))
+            else:
+                ws.run(None if deadline is None else _deadline_check(deadline))
+            for dest, src in zip(outputs, ws.outputs):
+                dest[...] = src
+        finally:
+            plan.release(ws)
+        return ExecutionResult(ResultCode.NO_ERROR, list(shapes),
+                               measured_timing(measure, t_driver, t_device) if measure else NO_TIMING_INFO)
+
+
+class FastExecution(IExecution):
+    """mlts-fast's reusable execution (createReusableExecution): a validated request's bound regions."""
+
+    def __init__(self, prepared: FastPreparedModel, bound: tuple, measure: bool) -> None:
+        self.prepared = prepared
+        self.bound = bound
+        self.measure = measure
+
+    def execute_synchronously(self, deadline: float | None) -> ExecutionResult:
+        t_driver = time.perf_counter_ns()
+        try:
+            if deadline is not None:
+                validate_deadline(deadline, "execute")
+            return self.prepared._run_bound(self.bound, self.measure, deadline, t_driver)
         except Exception as e:  # a driver must never let an exception escape to its client
-            return failed_execution(name, e)
+            return failed_execution(self.prepared.driver.name, e)
+
+    def close(self) -> None:
+        self.bound = None
 
 
 def _region_views(name: str, request: Request, in_types, ws) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -1,0 +1,172 @@
+"""A prepared graph bound to one request (a reusable execution's runs, NNAPI AIDL's IExecution).
+
+The executor runs NNAPI's prepare for every operation on every run: shape inference and validation,
+which depend on the operands' types and on the values prepare reads. With a request bound, the model's
+input types are fixed, so on the first run the prepare of each operation is recorded with the inputs whose
+values it read; when every such input is a constant of the model, nothing prepare depends on can change
+and later runs reuse its shapes, calling only the kernels (their outputs still checked against the
+shapes and dtypes). A graph with any operation whose prepare read a run-time value, or with control
+flow, is run by the executor as usual on every run.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from .. import vlog
+from ..enums import OperandLifetime, ResultCode
+from ..errors import ExecutionAborted, MltsError, error_from_exception
+from ..operand_type import OperandType
+from ..ops import OperationContext
+from .executor import PreparedGraph, _GraphRunner, checked_results
+
+CONSTANT_LIFETIMES = (OperandLifetime.CONSTANT_COPY, OperandLifetime.CONSTANT_REFERENCE)
+
+
+class _RecordingContext(OperationContext):
+    """An execute-phase context that notes the inputs whose values are read before the output shapes are
+    set, i.e. by prepare."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.reads: set[int] = set()
+
+    def value(self, i: int) -> Any:
+        if self.output_shapes is None:
+            self.reads.add(i)
+        return super().value(i)
+
+
+class _BoundOperation(NamedTuple):
+    """One operation as its first run prepared it (its context, reused with new values each run), with
+    the temporaries to free after it."""
+
+    context: OperationContext
+    impl: Any
+    inputs: list[int]
+    outputs: list[int]
+    out_types: list[OperandType]
+    shapes: list
+    checks: list[tuple[tuple[int, ...], np.dtype]]
+    drop: list[int]
+    where: str
+
+
+class BoundGraph:
+    """`graph`'s main subgraph run again and again on the inputs of one request (see the module doc)."""
+
+    def __init__(self, graph: PreparedGraph) -> None:
+        self.graph = graph
+        #: None until the first run; then the bound operations, or False when the graph cannot be bound
+        self.operations: list[_BoundOperation] | None | bool = None if not graph.model.referenced else False
+
+    def run(self, inputs: Sequence[np.ndarray | None], *, deadline: float | None, loop_timeout_ns: int | None,
+            checkpoint: Callable[[], None] | None) -> list[np.ndarray]:
+        operations = self.operations
+        if operations is False:
+            return self.graph.run(inputs, deadline=deadline, loop_timeout_ns=loop_timeout_ns, checkpoint=checkpoint)
+        if operations is None:
+            if vlog.is_on("cpuexe"):  # per-operation logs: the executor's own runs, always
+                self.operations = False
+                return self.graph.run(inputs, deadline=deadline, loop_timeout_ns=loop_timeout_ns,
+                                      checkpoint=checkpoint)
+            return self._first_run(inputs, deadline, loop_timeout_ns, checkpoint)
+        subgraph = self.graph.model.main
+        values: dict[int, Any] = dict(self.graph.constants[0])
+        for index, arr in zip(subgraph.input_indexes, inputs):
+            values[index] = arr
+        for bound in operations:
+            if deadline is not None and time.monotonic() > deadline:
+                raise ExecutionAborted(ResultCode.MISSED_DEADLINE_TRANSIENT,
+                                       f"deadline passed before {bound.where}")
+            if checkpoint is not None:
+                checkpoint()
+            ctx = bound.context
+            ctx.rebind([values.get(i) for i in bound.inputs])
+            try:
+                results = bound.impl.execute(ctx)
+            except MltsError:
+                raise
+            except Exception as e:
+                raise error_from_exception(e, f"{bound.where} failed") from None
+            if not _as_prepared(results, bound.checks):
+                results = checked_results(bound.where, results, bound.shapes, bound.out_types)
+            for o, r in zip(bound.outputs, results):
+                values[o] = r
+            for i in bound.drop:
+                values.pop(i, None)
+        return [values[i] for i in subgraph.output_indexes]
+
+    def _first_run(self, inputs: Sequence[np.ndarray | None], deadline: float | None, loop_timeout_ns: int | None,
+                   checkpoint: Callable[[], None] | None) -> list[np.ndarray]:
+        """The executor's run, recording each operation's prepare; binds the graph when every prepare read
+        only constants."""
+        graph = self.graph
+        subgraph = graph.model.main
+        values: dict[int, Any] = dict(graph.constants[0])
+        for index, arr in zip(subgraph.input_indexes, inputs):
+            values[index] = arr
+        runner = _GraphRunner(graph, deadline, loop_timeout_ns, checkpoint)
+        remaining = [o.number_of_consumers for o in subgraph.operands]
+        keep = set(subgraph.output_indexes)
+        bound: list[_BoundOperation] | None = []
+        for j, op in enumerate(subgraph.operations):
+            if deadline is not None and time.monotonic() > deadline:
+                raise ExecutionAborted(ResultCode.MISSED_DEADLINE_TRANSIENT,
+                                       f"deadline passed before operation {j} ({op.type.name})")
+            if checkpoint is not None:
+                checkpoint()
+            impl = graph.kernels[j]
+            ctx = graph.operation_context(j, op, subgraph, values, runner, _RecordingContext)
+            results = graph.prepare_and_execute(ctx, impl)
+            for o, r in zip(op.outputs, results):
+                values[o] = r
+            drop = []
+            for i in op.inputs:
+                remaining[i] -= 1
+                if remaining[i] == 0 and i not in keep and \
+                        subgraph.operands[i].lifetime == OperandLifetime.TEMPORARY_VARIABLE:
+                    values.pop(i, None)
+                    drop.append(i)
+            if bound is not None and _reads_constants_only(ctx, subgraph):
+                out_types = [ctx.output_type(k) for k in range(ctx.num_outputs)]
+                context = OperationContext(
+                    op_index=j, code=op.type, input_types=[ctx.input_type(k) for k in range(ctx.num_inputs)],
+                    output_types=out_types, input_values=[], input_operands=op.inputs, output_operands=op.outputs,
+                    phase="execute", relaxed=graph.model.relax_computation_float32_to_float16,
+                    error_code=ResultCode.OP_FAILED)
+                context.output_shapes = ctx.output_shapes
+                bound.append(_BoundOperation(
+                    context, impl, list(op.inputs), list(op.outputs), out_types, ctx.output_shapes,
+                    [(tuple(shape), t.dtype) for shape, t in zip(ctx.output_shapes, out_types)], drop,
+                    f"operation {j} ({op.type.name})"))
+            else:
+                bound = None
+        missing = [i for i in subgraph.output_indexes if i not in values]
+        if missing:
+            raise MltsError(ResultCode.OP_FAILED, f"outputs {missing} were not computed")
+        self.operations = bound if bound is not None else False
+        return [values[i] for i in subgraph.output_indexes]
+
+
+def _reads_constants_only(ctx: _RecordingContext, subgraph) -> bool:
+    if ctx.control_flow_results is not None:
+        return False
+    for k in ctx.reads:
+        if ctx.input_type(k) is None:
+            continue  # omitted: stays omitted for this request
+        if subgraph.operands[ctx._in_operands[k]].lifetime not in CONSTANT_LIFETIMES:
+            return False
+    return True
+
+
+def _as_prepared(results: Any, checks: list[tuple[tuple[int, ...], np.dtype]]) -> bool:
+    """The common case, by comparison: a list of arrays of exactly the prepared shapes and dtypes."""
+    if type(results) is not list or len(results) != len(checks):
+        return False
+    for r, (shape, dtype) in zip(results, checks):
+        if type(r) is not np.ndarray or r.shape != shape or r.dtype != dtype:
+            return False
+    return True
