@@ -137,6 +137,8 @@ CONV_CASES = [
     ("explicit-asym", (1, 6, 7, 3), (4, 3, 3), (1, 2, 0, 1), (1, 1), None, FuseCode.NONE),
     ("dilation", (1, 9, 8, 2), (3, 3, 3), SAME, (1, 2), (2, 2), FuseCode.RELU1),
     ("wide", (1, 4, 4, 40), (24, 3, 3), VALID, (1, 1), None, FuseCode.RELU6),
+    # more output values than one tile of per-channel parameters, with a channel count not dividing it
+    ("1x1-many-pixels", (1, 9, 10, 8), (5, 1, 1), SAME, (1, 1), None, FuseCode.RELU),
 ]
 
 
@@ -172,6 +174,9 @@ DEPTHWISE_CASES = [
     ("5x5-valid", (1, 9, 9, 5), 1, (5, 5), VALID, (1, 2), None, FuseCode.RELU1),
     ("3x3-dilation", (1, 10, 9, 4), 1, (3, 3), SAME, (1, 1), (2, 2), FuseCode.RELU6),
     ("tiny-input", (1, 2, 2, 8), 1, (3, 3), SAME, (1, 1), None, FuseCode.NONE),
+    # rows longer than one tile of per-channel parameters, channel counts not dividing it
+    ("3x3-long-rows", (1, 5, 61, 3), 1, (3, 3), SAME, (1, 1), None, FuseCode.RELU6),
+    ("3x3-long-rows-dilation", (1, 7, 23, 24), 1, (3, 3), SAME, (1, 1), (1, 2), FuseCode.NONE),
 ]
 
 

@@ -5,6 +5,11 @@ channel axis innermost so that it vectorizes, and fuse the bias and the activati
 pass that produces the values, so that no kernel needs a second pass or a temporary array.
 Activation bounds are float32 (lo, hi), +-inf for "no clamp". Callers pass float32 scalars so that
 nothing is promoted to float64 inside the loops.
+
+Networks with few channels (8 to 48) get loops over the channel axis too short for LLVM's vector
+loops (it wants 32 floats or more per iteration and falls back to scalar code). So per-channel
+parameters come tiled (`step.channel_tile`: repeated to a length that is a multiple of the channel
+count and at least TILE), and the kernels walk NHWC rows flat, a tile at a time.
 """
 from __future__ import annotations
 
@@ -69,31 +74,34 @@ def unrolled_region(x, w, out, stride_h, stride_w, pad_top, pad_left, dil_h, dil
 
 
 @njit(**JIT)
-def depthwise(x, w, b, out, acc, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, mult, lo, hi):
+def depthwise(x, w, wt, b, out, acc, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, mult, lo, hi):
     """x [N,H,W,C], w [KH,KW,C*mult], b [C*mult] -> out [N,OH,OW,C*mult] = clamp(conv + b, lo, hi).
 
     3x3 filters with multiplier 1 away from the border take a path with the nine taps unrolled (the
-    sum stays in a register); everything else goes pixel by pixel. `acc`: float32 scratch of C*mult.
+    sum stays in a register): stride 1 along each row flat (w tiled in wt [3,3,T], b tiled), other
+    strides a pixel at a time; everything else goes pixel by pixel. `acc`: float32 scratch of C*mult.
     """
     n_batch, oh_n, ow_n, oc = out.shape
     oh0, oh1, ow0, ow1 = unrolled_region(x, w, out, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, mult)
     for n in range(n_batch):
         for oh in range(oh_n):
-            if oh < oh0 or oh >= oh1:
-                for ow in range(ow_n):
+            inside = oh0 <= oh < oh1
+            for ow in range(ow_n):
+                if not inside or ow < ow0 or ow >= ow1:
                     _depthwise_pixel(x, w, b, out, acc, n, oh, ow, stride_h, stride_w, pad_top, pad_left,
                                      dil_h, dil_w, mult, lo, hi)
+            if not inside:
                 continue
             ih = oh * stride_h - pad_top
+            if stride_w == 1:
+                depthwise_row_3x3(x[n, ih], x[n, ih + dil_h], x[n, ih + 2 * dil_h], wt, b, np.float32(0), ow0,
+                                  ow1, pad_left, dil_w, lo, hi, out[n, oh])
+                continue
             r0 = x[n, ih]
             r1 = x[n, ih + dil_h]
             r2 = x[n, ih + 2 * dil_h]
             o = out[n, oh]
-            for ow in range(ow_n):
-                if ow < ow0 or ow >= ow1:
-                    _depthwise_pixel(x, w, b, out, acc, n, oh, ow, stride_h, stride_w, pad_top, pad_left,
-                                     dil_h, dil_w, mult, lo, hi)
-                    continue
+            for ow in range(ow0, ow1):
                 c0 = ow * stride_w - pad_left
                 c1 = c0 + dil_w
                 c2 = c1 + dil_w
@@ -111,19 +119,66 @@ def depthwise(x, w, b, out, acc, stride_h, stride_w, pad_top, pad_left, dil_h, d
                     o[ow, k] = min(max(s, lo), hi)
 
 
+@njit(inline="always", **JIT)
+def depthwise_row_3x3(r0, r1, r2, wt, b, sub, first, last, pad_left, dil_w, lo, hi, o):
+    """Output columns [first, last) of one row of a stride-1 3x3 depthwise convolution, walked flat
+    (pixel x channel), a tile at a time: o = clamp(b + sum of (r - sub) * w over the nine taps, lo,
+    hi), summed in the order of the pixel loop. Rows r* [W, C] and o [OW, C]; wt [3, 3, T], b [T]
+    tiled (T a multiple of C)."""
+    c = o.shape[1]
+    f0, f1, f2 = r0.reshape(-1), r1.reshape(-1), r2.reshape(-1)
+    of = o.reshape(-1)
+    d0 = -pad_left * c
+    d1 = d0 + dil_w * c
+    d2 = d1 + dil_w * c
+    tile = b.shape[0]
+    end = last * c
+    for start in range(first * c, end, tile):
+        m = min(tile, end - start)
+        # one zero-based slice per tap: offset indexing (f0[p + d0]) keeps LLVM from vectorizing
+        a0, a1, a2 = f0[start + d0:start + d0 + m], f0[start + d1:start + d1 + m], f0[start + d2:start + d2 + m]
+        a3, a4, a5 = f1[start + d0:start + d0 + m], f1[start + d1:start + d1 + m], f1[start + d2:start + d2 + m]
+        a6, a7, a8 = f2[start + d0:start + d0 + m], f2[start + d1:start + d1 + m], f2[start + d2:start + d2 + m]
+        dst = of[start:start + m]
+        for q in range(m):
+            s = b[q]
+            s += (a0[q] - sub) * wt[0, 0, q]
+            s += (a1[q] - sub) * wt[0, 1, q]
+            s += (a2[q] - sub) * wt[0, 2, q]
+            s += (a3[q] - sub) * wt[1, 0, q]
+            s += (a4[q] - sub) * wt[1, 1, q]
+            s += (a5[q] - sub) * wt[1, 2, q]
+            s += (a6[q] - sub) * wt[2, 0, q]
+            s += (a7[q] - sub) * wt[2, 1, q]
+            s += (a8[q] - sub) * wt[2, 2, q]
+            dst[q] = min(max(s, lo), hi)
+
+
 @njit(**JIT)
 def _bias_activation_into(y, b, lo, hi, out):
-    """out [M, O] = clamp(y + b, lo, hi) (out may be y itself)."""
-    m, o = y.shape
-    for r in range(m):
-        for k in range(o):
-            out[r, k] = min(max(y[r, k] + b[k], lo), hi)
+    """out [M, O] = clamp(y + b, lo, hi), out distinct from y; b tiled (see the module doc)."""
+    src = y.reshape(-1)
+    dst = out.reshape(-1)
+    tile = b.shape[0]
+    n = src.shape[0]
+    for start in range(0, n, tile):
+        m = min(tile, n - start)
+        a, o = src[start:start + m], dst[start:start + m]
+        for q in range(m):
+            o[q] = min(max(a[q] + b[q], lo), hi)
 
 
 @njit(**JIT)
 def bias_activation(y, b, lo, hi):
-    """In place on a [M, O] GEMM result: y = clamp(y + b, lo, hi)."""
-    _bias_activation_into(y, b, lo, hi, y)
+    """In place on a [M, O] GEMM result: y = clamp(y + b, lo, hi); b tiled. (A separate loop: written
+    as `_bias_activation_into(y, ..., y)`, the possible aliasing keeps LLVM from vectorizing.)"""
+    flat = y.reshape(-1)
+    tile = b.shape[0]
+    n = flat.shape[0]
+    for start in range(0, n, tile):
+        a = flat[start:start + min(tile, n - start)]
+        for q in range(a.shape[0]):
+            a[q] = min(max(a[q] + b[q], lo), hi)
 
 
 @njit(inline="always", **JIT)

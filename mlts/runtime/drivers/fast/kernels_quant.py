@@ -5,13 +5,15 @@ centred values, the fixed-point output rescale (a doubling high multiply and a r
 shift), the output zero point and the activation clamp. Outputs are written as `value - out_sub`
 into an array of any dtype: uint8/int8 storage with out_sub 0, or (out_sub = zero point) the
 centred values in float32/float64, ready to be the input matrix of the next BLAS GEMM.
+Per-channel parameters (bias, requantizer) come tiled and rows are walked flat, as in
+kernels_float (see its module doc).
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from .kernels_float import JIT, bordered_row, depthwise_taps, pool_window, unrolled_region
+from .kernels_float import JIT, bordered_row, depthwise_row_3x3, depthwise_taps, pool_window, unrolled_region
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
@@ -69,12 +71,18 @@ def multiply_by_quantized_multiplier(x, mult, left, right):
 
 @njit(**JIT)
 def requantize_rows(acc, bias, rq, zero_point, lo, hi, out, out_sub):
-    """[M, O] exact integer sums (held in float32/float64) + int64 bias -> out [M, O] (see the module doc)."""
-    m, o = acc.shape
-    for r in range(m):
-        for k in range(o):
-            v = rescale(np.int64(np.int32(acc[r, k])) + bias[k], k, rq) + zero_point
-            out[r, k] = np.int32(min(max(v, lo), hi) - out_sub)
+    """[M, O] exact integer sums (held in float32/float64) + int64 bias -> out [M, O] (see the module
+    doc); bias and rq tiled, acc and out C-contiguous."""
+    src = acc.reshape(-1)
+    dst = out.reshape(-1)
+    tile = bias.shape[0]
+    n = src.shape[0]
+    for start in range(0, n, tile):
+        m = min(tile, n - start)
+        a, o = src[start:start + m], dst[start:start + m]
+        for q in range(m):
+            v = rescale(np.int64(np.int32(a[q])) + bias[q], q, rq) + zero_point
+            o[q] = np.int32(min(max(v, lo), hi) - out_sub)
 
 
 @njit(**JIT)
@@ -112,41 +120,22 @@ def _depthwise_pixel(x, x_zp, w, bias, rq, zero_point, lo, hi, out, out_sub, acc
 
 
 @njit(**JIT)
-def _depthwise_row_3x3(r0, r1, r2, w, zp, first, last, stride_w, pad_left, dil_w, sums):
-    """Float32 sums of the nine taps for output columns [first, last) of one row: exact, since
-    |sum| <= 9 * 255 * 255 < 2**24."""
-    oc = sums.shape[1]
-    for ow in range(first, last):
-        c0 = ow * stride_w - pad_left
-        c1 = c0 + dil_w
-        c2 = c1 + dil_w
-        for k in range(oc):
-            s = (np.float32(r0[c0, k]) - zp) * w[0, 0, k]
-            s += (np.float32(r0[c1, k]) - zp) * w[0, 1, k]
-            s += (np.float32(r0[c2, k]) - zp) * w[0, 2, k]
-            s += (np.float32(r1[c0, k]) - zp) * w[1, 0, k]
-            s += (np.float32(r1[c1, k]) - zp) * w[1, 1, k]
-            s += (np.float32(r1[c2, k]) - zp) * w[1, 2, k]
-            s += (np.float32(r2[c0, k]) - zp) * w[2, 0, k]
-            s += (np.float32(r2[c1, k]) - zp) * w[2, 1, k]
-            s += (np.float32(r2[c2, k]) - zp) * w[2, 2, k]
-            sums[ow, k] = s
-
-
-@njit(**JIT)
-def depthwise(x, x_zp, w, bias, rq, zero_point, lo, hi, out, out_sub, acc, sums,
+def depthwise(x, x_zp, w, wt, zero_tile, bias, rq, zero_point, lo, hi, out, out_sub, acc, sums,
               stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, depth_mult):
     """Quantized depthwise convolution, NHWC. x: stored values (x_zp their zero point) or values
-    already centred in float32 (x_zp 0); w [KH,KW,OC] centred filter (float32, integer-valued);
-    int64 bias; per-channel requantizer `rq`. Scratch: `acc` float64 [OC], `sums` float32 [OW, OC].
+    already centred in float32 (x_zp 0); w [KH,KW,OC] centred filter (float32, integer-valued), wt
+    the same tiled along the channels (and `zero_tile` float32 zeros of its tile length); tiled int64
+    bias and requantizer `rq`. Scratch: `acc` float64 [OC], `sums` float32 [OW, OC].
 
     Padding taps are skipped (they read the zero point: centred 0). Away from the border, 3x3 filters
-    with multiplier 1 sum a row at a time in float32, then requantize the row: two simple loops that
-    both vectorize. Border pixels and other filters go pixel by pixel.
+    with multiplier 1 sum a row at a time in float32 (exact, since |sum| <= 9 * 255 * 255 < 2**24;
+    stride 1 walks the row flat), then requantize the row: loops that vectorize. Border pixels and
+    other filters go pixel by pixel.
     """
-    n_batch, oh_n, ow_n, _ = out.shape
+    n_batch, oh_n, ow_n, oc = out.shape
     oh0, oh1, ow0, ow1 = unrolled_region(x, w, out, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, depth_mult)
     zp = np.float32(x_zp)
+    big = np.float32(np.inf)
     for n in range(n_batch):
         for oh in range(oh_n):
             inside = oh0 <= oh < oh1
@@ -154,11 +143,29 @@ def depthwise(x, x_zp, w, bias, rq, zero_point, lo, hi, out, out_sub, acc, sums,
                 if not inside or ow < ow0 or ow >= ow1:
                     _depthwise_pixel(x, x_zp, w, bias, rq, zero_point, lo, hi, out, out_sub, acc,
                                      n, oh, ow, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, depth_mult)
-            if inside:
-                ih = oh * stride_h - pad_top
-                _depthwise_row_3x3(x[n, ih], x[n, ih + dil_h], x[n, ih + 2 * dil_h], w, zp, ow0, ow1,
-                                   stride_w, pad_left, dil_w, sums)
-                requantize_rows(sums[ow0:ow1], bias, rq, zero_point, lo, hi, out[n, oh, ow0:ow1], out_sub)
+            if not inside:
+                continue
+            ih = oh * stride_h - pad_top
+            r0, r1, r2 = x[n, ih], x[n, ih + dil_h], x[n, ih + 2 * dil_h]
+            if stride_w == 1:
+                depthwise_row_3x3(r0, r1, r2, wt, zero_tile, zp, ow0, ow1, pad_left, dil_w, -big, big, sums)
+            else:
+                for ow in range(ow0, ow1):
+                    c0 = ow * stride_w - pad_left
+                    c1 = c0 + dil_w
+                    c2 = c1 + dil_w
+                    for k in range(oc):
+                        s = (np.float32(r0[c0, k]) - zp) * w[0, 0, k]
+                        s += (np.float32(r0[c1, k]) - zp) * w[0, 1, k]
+                        s += (np.float32(r0[c2, k]) - zp) * w[0, 2, k]
+                        s += (np.float32(r1[c0, k]) - zp) * w[1, 0, k]
+                        s += (np.float32(r1[c1, k]) - zp) * w[1, 1, k]
+                        s += (np.float32(r1[c2, k]) - zp) * w[1, 2, k]
+                        s += (np.float32(r2[c0, k]) - zp) * w[2, 0, k]
+                        s += (np.float32(r2[c1, k]) - zp) * w[2, 1, k]
+                        s += (np.float32(r2[c2, k]) - zp) * w[2, 2, k]
+                        sums[ow, k] = s
+            requantize_rows(sums[ow0:ow1], bias, rq, zero_point, lo, hi, out[n, oh, ow0:ow1], out_sub)
 
 
 @njit(**JIT)
@@ -192,10 +199,50 @@ def pool(x, out, acc, filter_h, filter_w, stride_h, stride_w, pad_top, pad_left,
                     out[n, oh, ow, k] = min(max(v, lo), hi)
 
 
+@njit(inline="always", **JIT)
+def wrap32(x):
+    """C int32 wrap-around of an int64 value."""
+    return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+@njit(inline="always", **JIT)
+def saturating_shift_left(x, exponent):
+    """gemmlowp SaturatingMultiplyByPOT for exponent > 0."""
+    threshold = (1 << (31 - exponent)) - 1
+    if x > threshold:
+        return INT32_MAX
+    if x < -threshold:
+        return INT32_MIN
+    return x << exponent
+
+
+@njit(inline="always", **JIT)
+def reciprocal_of_sum(total):
+    """`ops.softmax.reciprocals_of_sums` of one row sum (int32 in Q12.19): (reciprocal in Q0, right
+    shift). The sum is normalized into [1, 2), and 1 / (1 + fraction) is three Newton-Raphson steps
+    on the half denominator (gemmlowp one_over_one_plus_x_for_x_in_0_1), step for step."""
+    fixed = total & 0xFFFFFFFF
+    headroom_plus_one = 32
+    v = fixed
+    while v > 0:
+        v >>= 1
+        headroom_plus_one -= 1
+    a = wrap32(((fixed << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31))
+    s = a + INT32_MAX  # rounding half sum of a and one (Q0)
+    t = s + (1 if s >= 0 else -1)
+    half_denominator = t // 2 if t >= 0 else -((-t) // 2)
+    x = wrap32(1515870810 + doubling_high_mul(half_denominator, -1010580540))  # 48/17 - 32/17 d (Q2)
+    for _ in range(3):
+        one_minus = wrap32((1 << 29) - doubling_high_mul(half_denominator, x))
+        x = wrap32(x + saturating_shift_left(doubling_high_mul(x, one_minus), 2))
+    return saturating_shift_left(x, 1), 12 - headroom_plus_one + 31 - 8
+
+
 @njit(**JIT)
-def softmax_sums(x, contributions, offset, maxima, sums):
-    """Per row of x [R, C] (stored values): the maximum, and the sum of the exp contributions
-    (Q12.19, from a table indexed by value - max + offset) wrapped to int32 as NNAPI's int32 sum."""
+def softmax(x, contributions, exps, used, offset, out_offset, out):
+    """NNAPI's integer softmax of each row of x [R, C] (stored values). Per row: the maximum, the sum
+    of the exp contributions (Q12.19, from a table indexed by value - max + offset) wrapped to int32,
+    its reciprocal; then out = clamp(round(exp * reciprocal), 0, 255) (+ out_offset), 0 where dropped."""
     for r in range(x.shape[0]):
         m = np.int64(x[r, 0])
         for c in range(x.shape[1]):
@@ -203,18 +250,11 @@ def softmax_sums(x, contributions, offset, maxima, sums):
         total = np.int64(0)
         for c in range(x.shape[1]):
             total += contributions[np.int64(x[r, c]) - m + offset]
-        maxima[r] = m
-        sums[r] = ((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
-
-
-@njit(**JIT)
-def softmax_outputs(x, exps, used, offset, maxima, scales, shifts, out_offset, out):
-    """out = clamp(round(exp * reciprocal of the row's sum), 0, 255) (+ out_offset), 0 where dropped."""
-    for r in range(x.shape[0]):
+        scale, shift = reciprocal_of_sum(wrap32(total))
         for c in range(x.shape[1]):
-            d = np.int64(x[r, c]) - maxima[r] + offset
+            d = np.int64(x[r, c]) - m + offset
             v = 0
             if used[d]:
-                v = rounding_divide_by_pot(doubling_high_mul(scales[r], exps[d]), shifts[r])
+                v = rounding_divide_by_pot(doubling_high_mul(scale, exps[d]), shift)
                 v = min(max(v, 0), 255)
             out[r, c] = v + out_offset

@@ -170,5 +170,17 @@ def bound_call(kernel, *args) -> Bound:
     return partial(specialize(kernel, *args), *args)
 
 
+#: the least length of a tiled per-channel parameter (`channel_tile`)
+TILE = 128
+
+
+def channel_tile(a: np.ndarray) -> np.ndarray:
+    """Per-channel values (the last axis) repeated to a whole number of copies at least TILE long: the
+    kernels then walk rows flat, a tile at a time, in loops long enough to vectorize (kernels_float)."""
+    channels = a.shape[-1]
+    copies = -(-TILE // channels)
+    return np.ascontiguousarray(np.tile(a, (1,) * (a.ndim - 1) + (copies,)))
+
+
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)

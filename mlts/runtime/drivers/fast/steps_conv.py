@@ -19,7 +19,7 @@ from ...ops import OperationContext
 from ...ops import _conv_common as cc
 from ...ops.quant import INT32_MAX, INT32_MIN, QUANT_RANGE, float_activation_range, quantized_activation_range
 from .operation_table import nhwc_only, register_fast
-from .step import F32, F64, ArrayOf, Bound, PlanNode, Step, Value, bound_call
+from .step import F32, F64, ArrayOf, Bound, PlanNode, Step, Value, bound_call, channel_tile
 
 PER_CHANNEL = cc.PER_CHANNEL
 #: bytes of one im2col patch matrix chunk, and of one block of GEMM results
@@ -41,15 +41,17 @@ def centred_filter(ctx: OperationContext) -> np.ndarray:
 
 
 class Requantizer:
-    """Per-output-channel parameters of `kernels_quant.rescale`, from the reference's own multipliers."""
+    """Per-output-channel parameters of `kernels_quant.rescale`, from the reference's own multipliers,
+    tiled (`step.channel_tile`)."""
 
     def __init__(self, ctx: OperationContext, channels: int) -> None:
         mult, shift = cc.output_multipliers(ctx)
         mult = np.broadcast_to(mult, (channels,)).astype(np.int64)
         shift = np.broadcast_to(shift, (channels,)).astype(np.int64)
         left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
-        self.rq = (mult.astype(np.int32), left, ((np.int64(1) << right) >> 1).astype(np.uint64),
-                   (right > 0).astype(np.uint64), right.astype(np.uint64), np.int64(1) << (40 - right))
+        rq = (mult.astype(np.int32), left, ((np.int64(1) << right) >> 1).astype(np.uint64),
+              (right > 0).astype(np.uint64), right.astype(np.uint64), np.int64(1) << (40 - right))
+        self.rq = tuple(channel_tile(a) for a in rq)
 
     @staticmethod
     def applicable(ctx: OperationContext, depthwise: bool) -> bool:
@@ -123,6 +125,7 @@ class Conv(Step):
             self.dtype = F32
             self.wmat = np.ascontiguousarray(wmat, dtype=np.float32)
             self.bias = np.ascontiguousarray(ctx.input(2), dtype=np.float32)
+            self.bias_t = channel_tile(self.bias)
             self.lo, self.hi = float_bounds(self.fuse)
             self.label = f"{self.mode} sgemm {self.m}x{k}x{units}"
             return
@@ -130,6 +133,7 @@ class Conv(Step):
         self.dtype = F32 if bound < EXACT_FLOAT32 else F64
         self.wmat = np.ascontiguousarray(wmat, dtype=self.dtype)
         self.bias = np.ascontiguousarray(ctx.input(2), dtype=np.int64)
+        self.bias_t = channel_tile(self.bias)
         self.rq = Requantizer(ctx, units).rq
         # Outside the vectorized rescale's preconditions (a real multiplier > 1 shifting large sums
         # left, or huge biases), the reference's own numpy rescale runs instead: exact, just slower.
@@ -302,7 +306,7 @@ class Conv(Step):
         from . import kernels_float as kf
         from . import kernels_quant as kq
 
-        bias, lo, hi = self.bias, self.lo, self.hi
+        bias, lo, hi = self.bias_t, self.lo, self.hi
         if self.out_padding is not None:
             out = array.padded(self.out)
             top, _, left, _ = self.out_padding
@@ -315,7 +319,7 @@ class Conv(Step):
             return bound_call(kf.bias_activation, result, bias, lo, hi)
         out2 = array(self.out).reshape(self.m, self.units)[first:first + count]
         if self.general is not None:
-            return partial(_requantize_general, result, bias, *self.general, self.zero_point, lo, hi, out2,
+            return partial(_requantize_general, result, self.bias, *self.general, self.zero_point, lo, hi, out2,
                            self.out_sub)
         return bound_call(kq.requantize_rows, result, bias, self.rq, self.zero_point, lo, hi, out2, self.out_sub)
 

@@ -16,7 +16,7 @@ from ...ops import _conv_common as cc
 from ...ops.common import QUANT8_TYPES
 from ...ops.quant import quantized_activation_range
 from .operation_table import nhwc_only, register_fast
-from .step import F32, F64, ArrayOf, Bound, PlanNode, Shape, Step, Value, bound_call
+from .step import F32, F64, ArrayOf, Bound, PlanNode, Shape, Step, Value, bound_call, channel_tile
 from .steps_conv import Requantizer, centred_filter, float_bounds
 
 
@@ -42,12 +42,15 @@ class Depthwise(Step):
         self.x_zp = int(ctx.input_type(0).zero_point) if self.quantized else 0
         if not self.quantized:
             self.w = np.ascontiguousarray(np.asarray(ctx.input(1), dtype=np.float32).reshape(kh, kw, oc))
-            self.bias = np.ascontiguousarray(ctx.input(2), dtype=np.float32)
+            self.bias = channel_tile(np.asarray(ctx.input(2), dtype=np.float32))
+            self.wt = channel_tile(self.w)
             self.lo, self.hi = float_bounds(p.fuse)
             self.label = f"{kh}x{kw}/{p.stride_h} float32"
             return
         self.w = np.ascontiguousarray(centred_filter(ctx).reshape(kh, kw, oc).astype(np.float32))
-        self.bias = np.ascontiguousarray(ctx.input(2), dtype=np.int64)
+        self.bias = channel_tile(np.asarray(ctx.input(2), dtype=np.int64))
+        self.wt = channel_tile(self.w)
+        self.zero_tile = np.zeros(self.wt.shape[2], dtype=np.float32)
         self.rq = Requantizer(ctx, oc).rq
         out_t = ctx.output_type(0)
         self.zero_point = int(out_t.zero_point)
@@ -88,11 +91,11 @@ class Depthwise(Step):
         if not self.quantized:
             from .kernels_float import depthwise
 
-            return bound_call(depthwise, x, w, bias, out, acc, sh, sw, pt, pl, dh, dw, mult, lo, hi)
+            return bound_call(depthwise, x, w, self.wt, bias, out, acc, sh, sw, pt, pl, dh, dw, mult, lo, hi)
         from .kernels_quant import depthwise as qdepthwise
 
-        return bound_call(qdepthwise, x, self.x_sub, w, bias, self.rq, self.zero_point, lo, hi, out, self.out_sub,
-                          acc, scratch[1], sh, sw, pt, pl, dh, dw, mult)
+        return bound_call(qdepthwise, x, self.x_sub, w, self.wt, self.zero_tile, bias, self.rq, self.zero_point,
+                          lo, hi, out, self.out_sub, acc, scratch[1], sh, sw, pt, pl, dh, dw, mult)
 
 
 def _supports(ctx: OperationContext) -> str | None:

@@ -10,9 +10,9 @@ import numpy as np
 from ...enums import OperandCode, OperationCode
 from ...ops._float32 import as_float32
 from ...ops.quant import QUANT_RANGE
-from ...ops.softmax import exps_of_differences, quantized_input_multiplier, reciprocals_of_sums
+from ...ops.softmax import exps_of_differences, quantized_input_multiplier
 from .operation_table import register_fast
-from .step import ArrayOf, Bound, PlanNode, Shape, Step, bound_call, specialize
+from .step import ArrayOf, Bound, PlanNode, Step, bound_call
 from .steps_other import Delegate
 
 
@@ -21,8 +21,8 @@ class QuantSoftmax(Step):
 
     A row's differences to its maximum take at most 256 values, so their fixed-point exp (and its
     Q12.19 contribution to the sum) are computed once at preparation by the reference's own
-    functions; per run, a compiled pass sums the row, the reference's functions invert the per-row
-    sums (one value per row), and a second pass scales every exp.
+    functions; per run, one compiled kernel sums each row, inverts the sum (the reference's
+    fixed-point Newton-Raphson, transcribed) and scales every exp.
     """
 
     def __init__(self, node: PlanNode, multiplier: int, left_shift: int) -> None:
@@ -42,25 +42,12 @@ class QuantSoftmax(Step):
         self.rows, self.cols = int(np.prod(shape[:-1], dtype=np.int64)), shape[-1]
         self.label = "int tables"
 
-    def scratch(self) -> list[tuple[Shape, np.dtype]]:
-        return [((self.rows,), np.dtype(np.int64)), ((self.rows,), np.dtype(np.int64))]
-
     def bind(self, array: ArrayOf, scratch: list[np.ndarray]) -> Bound:
-        from .kernels_quant import softmax_outputs, softmax_sums
+        from .kernels_quant import softmax
 
         x = array(self.x).reshape(self.rows, self.cols)
         out = array(self.out).reshape(self.rows, self.cols)
-        maxima, sums = scratch
-        exps, used, offset, out_offset = self.exps, self.used, self.offset, self.out_offset
-        row_sums = bound_call(softmax_sums, x, self.contributions, offset, maxima, sums)
-        zeros = np.zeros(self.rows, dtype=np.int64)
-        outputs = specialize(softmax_outputs, x, exps, used, offset, maxima, zeros, zeros, out_offset, out)
-
-        def run() -> None:
-            row_sums()
-            scales, shifts = reciprocals_of_sums(sums)
-            outputs(x, exps, used, offset, maxima, scales, shifts, out_offset, out)
-        return run
+        return bound_call(softmax, x, self.contributions, self.exps, self.used, self.offset, self.out_offset, out)
 
 
 class FloatSoftmax(Step):
