@@ -255,8 +255,8 @@ def _push_checkpoint(hook: Callable[[], None]) -> list:
 
 def run_admitted(queue: DeviceQueue, priority: int, deadline: float | None, what: str,
                  call: Callable[..., Any], *args: Any) -> Any:
-    """`call(*args)` as an admitted ticket of `queue`, with the queue's checkpoint current in this thread:
-    what `with admitted(...)` does, as one function for the reusable execution's hot path."""
+    """`call(*args)` as an admitted ticket of `queue` (blocking until the queue admits it; MltsError when it
+    refuses), with the queue's checkpoint current in this thread for in-process drivers' kernels."""
     ticket = queue.admit(priority, deadline, what)
     stack = getattr(_local, "stack", None)
     if stack is None:
@@ -269,35 +269,6 @@ def run_admitted(queue: DeviceQueue, priority: int, deadline: float | None, what
             stack.pop()
         finally:
             queue.release(ticket)
-
-
-class admitted:
-    """`with admitted(queue, priority, deadline):` runs a driver call as an admitted ticket, with the
-    queue's checkpoint current in this thread (as checkpoint_scope). A class rather than a generator
-    context manager: it is on every execution's path."""
-
-    __slots__ = ("queue", "priority", "deadline", "what", "ticket", "_stack")
-
-    def __init__(self, queue: DeviceQueue, priority: int, deadline: float | None, what: str = "") -> None:
-        self.queue = queue
-        self.priority = priority
-        self.deadline = deadline
-        self.what = what
-
-    def __enter__(self) -> Ticket:
-        self.ticket = self.queue.admit(self.priority, self.deadline, self.what)
-        self._stack = _push_checkpoint(self._checkpoint)
-        return self.ticket
-
-    def _checkpoint(self) -> None:
-        self.queue.checkpoint(self.ticket, self.deadline)
-
-    def __exit__(self, *exc_info) -> bool:
-        try:
-            self._stack.pop()
-        finally:
-            self.queue.release(self.ticket)
-        return False
 
 
 # -- prediction ---------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The client end of one driver-service process: spawning it, calling it, and noticing its death.
 
-A reader thread demultiplexes replies by call id, so many threads may have calls in flight. A dead
+A reader thread demultiplexes replies by call id, so many threads may have calls in flight (runs on
+a shared-memory ring wait on their own eventfd instead, registered here only to learn of death). A dead
 child is noticed at once (its end of the socket closes: end of channel) and, as a safety net, by
 polling the process while waiting; every pending and later call then fails with DEAD_OBJECT. No
 call waits forever on a dead child; a live but silent one is waited for, except past a call's
@@ -122,12 +123,13 @@ class Connection:
     # -- calls ----------------------------------------------------------------------------------
     def call(self, method: str, args: tuple = (), pools: Sequence[Memory] = (), *, cache_pools: bool = True,
              deadline: float | None = None, timeout: float | None = None,
-             fences: Sequence[int] = ()) -> tuple[Any, int, int]:
+             fences: Sequence[int] = (), descriptors: Sequence[int] = ()) -> tuple[Any, int, int]:
         """One round trip: (value, microseconds in the driver, microseconds for the whole round trip).
 
         `fences` are sync fence descriptors for the call (execute_fenced's wait_for): duplicates of them
         cross beside the pools' descriptors, named by Call.fences, and are closed here once sent (the
-        caller keeps its own). Raises MltsError: the driver's own error, DEAD_OBJECT, or
+        caller keeps its own). `descriptors` (a ring's memory and eventfds) cross after them, as they are
+        (the caller keeps and closes them). Raises MltsError: the driver's own error, DEAD_OBJECT, or
         MISSED_DEADLINE_TRANSIENT when the service has not answered by `deadline` (absolute,
         time.monotonic()) plus a grace period.
         """
@@ -144,10 +146,10 @@ class Connection:
             with self._send_order:
                 refs, fds = self.exporter.refs(pools, cache=cache_pools)
                 forget, release = self.exporter.drain_forgotten(), self._drain_released()
-                fence_indexes = tuple(range(len(fds), len(fds) + len(fence_fds)))
+                fence_indexes = tuple(range(len(fds), len(fds) + len(fence_fds) + len(descriptors)))
                 try:
                     payload = Channel.encode(Call(call_id, method, args, tuple(refs), forget, release, fence_indexes))
-                    self.channel.send_encoded(payload, [*fds, *fence_fds])
+                    self.channel.send_encoded(payload, [*fds, *fence_fds, *descriptors])
                 except ChannelClosed:
                     self._died()
                 except Exception as e:  # unpicklable arguments, too many pools: this call fails, nothing was sent
@@ -182,14 +184,9 @@ class Connection:
         give_up_at = None if deadline is None else deadline + DEADLINE_GRACE_S
         kill_at = None if timeout is None else time.monotonic() + timeout
         while not pending.event.wait(POLL_S):
-            if self.process.poll() is not None:
-                self._died()
+            if self.check_silence(pending.method, kill_at, timeout):
                 continue
-            now = time.monotonic()
-            if kill_at is not None and now >= kill_at:
-                self._died(f"did not answer {pending.method} within {timeout:g} s and was killed", kill=True)
-                continue
-            if give_up_at is not None and now >= give_up_at:
+            if give_up_at is not None and time.monotonic() >= give_up_at:
                 with self._lock:
                     abandoned = self._pending.pop(call_id, None) is not None
                     if abandoned:
@@ -201,6 +198,30 @@ class Connection:
             raise pending.error
         assert pending.reply is not None
         return pending.reply
+
+    def check_silence(self, method: str, kill_at: float | None, timeout: float | None) -> bool:
+        """While a call waits in silence: True when the service is found dead, or silent past the call
+        timeout (then killed); its pending calls have their DEAD_OBJECT error then."""
+        if self.process.poll() is not None:
+            self._died()
+            return True
+        if kill_at is not None and time.monotonic() >= kill_at:
+            self._died(f"did not answer {method} within {timeout:g} s and was killed", kill=True)
+            return True
+        return False
+
+    # -- runs on rings (ring_client) -------------------------------------------------------------
+    def watch(self, key: int, waiter: Any) -> None:
+        """A ring run joins the pending calls under `key` (< 0), so that a death or close gives it its error
+        (`waiter.error`) and wakes it (`waiter.event.set()`), as it does a channel call; raises the
+        DEAD_OBJECT error of a dead service (`waiter.method` refused)."""
+        with self._lock:
+            if self._death is not None:
+                raise self.dead_error(waiter.method)
+            self._pending[key] = waiter
+
+    def unwatch(self, key: int) -> None:
+        self._pending.pop(key, None)
 
     # -- the reader thread and death ------------------------------------------------------------
     def _read_loop(self) -> None:

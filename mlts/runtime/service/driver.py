@@ -10,21 +10,22 @@ state was lost with it.
 from __future__ import annotations
 
 import threading
-import time
 import weakref
 from typing import Any, Sequence
 
 from .. import vlog
 from ..enums import DeviceType, Preference, Priority, ResultCode
 from ..errors import MltsError, bad_data
-from ..hal import AllocatedBuffer, BufferDesc, CacheHandles, CallTiming, Capabilities, DeviceBuffer, ExecutionResult, HalModel, Request
+from ..hal import (AllocatedBuffer, BufferDesc, CacheHandles, Capabilities, DeviceBuffer, ExecutionResult, HalModel,
+                   IExecution, Request)
 from ..drivers.base import BurstContext, Driver, ExecutionCallback, PreparedModel
 from ..hal.validation import validate_deadline, validate_fence_fds, validate_timeout_after_fence
 from ..hal.memory import Memory
 from .build import build_driver
 from .client import Connection
 from .pools import StagedPools, model_pools
-from .protocol import Description, strip_model, strip_request
+from .protocol import Description, strip_model
+from .runs import BurstRuns, create_execution, run_remote
 
 DEFAULT_START_TIMEOUT_S = 60.0  # a loaded CI machine can take seconds to import numpy
 #: the share of the call timeout the service waits for an asynchronous execution's callback, so that
@@ -230,6 +231,11 @@ class ServicePreparedModel(PreparedModel):
     def configure_execution_burst(self) -> BurstContext:
         return ServiceBurstContext(self)
 
+    def create_reusable_execution(self, request: Request, measure: bool, loop_timeout_ns: int) -> IExecution:
+        """The service creates the driver's own reusable execution (or DefaultExecution) over the request,
+        its pools mapped there once; each run is then one command on a shared-memory ring."""
+        return create_execution(self, request, measure, loop_timeout_ns)
+
     def close(self) -> None:
         """Release the service's prepared model now rather than at garbage collection."""
         if self._finalizer.detach() is not None:
@@ -242,29 +248,56 @@ class ServicePreparedModel(PreparedModel):
 
 
 class ServiceBurstContext(BurstContext):
-    """A burst whose server side lives in the service; opened there on its first execution."""
+    """A burst whose server side lives in the service; opened there on its first execution, with a
+    shared-memory ring that its executions take when they can (runs.BurstRuns), the channel otherwise."""
 
     def __init__(self, prepared: ServicePreparedModel) -> None:
         super().__init__(prepared)
         self._remote_id: int | None = None
+        self._runs: BurstRuns | None = None
         self._lock = threading.Lock()
 
     def execute(self, request: Request, measure: bool, deadline: float | None,
                 loop_timeout_ns: int) -> ExecutionResult:
         prepared: ServicePreparedModel = self.prepared  # type: ignore[assignment]
-        with self._lock:
-            if self._remote_id is None:
-                try:
-                    self._remote_id, _, _ = prepared.conn.call("burst_open", (prepared.remote_id,), deadline=deadline)
-                except MltsError as e:
-                    return ExecutionResult(e.code, [], message=e.message)
-                weakref.finalize(self, prepared.conn.release_later, "burst", self._remote_id)
-        return run_remote(prepared.conn, "burst_execute", self._remote_id, request, measure, deadline, loop_timeout_ns)
+        remote_id, runs = self._remote_id, self._runs
+        if remote_id is None:
+            with self._lock:
+                if self._remote_id is None:
+                    try:
+                        self._open(prepared, deadline)
+                    except MltsError as e:
+                        return ExecutionResult(e.code, [], message=e.message)
+                remote_id, runs = self._remote_id, self._runs
+        if runs is not None:
+            result = runs.execute(remote_id, request, measure, deadline, loop_timeout_ns)
+            if result is not None:
+                return result
+        return run_remote(prepared.conn, "burst_execute", remote_id, request, measure, deadline, loop_timeout_ns)
+
+    def _open(self, prepared: ServicePreparedModel, deadline: float | None) -> None:
+        conn = prepared.conn
+        try:
+            runs: BurstRuns | None = BurstRuns(conn)
+        except OSError:  # no memfd or eventfd left: the channel serves
+            runs = None
+        try:
+            self._remote_id, _, _ = conn.call("burst_open", (prepared.remote_id,), deadline=deadline,
+                                              descriptors=runs.ring.ring.fds if runs is not None else ())
+        except MltsError:
+            if runs is not None:
+                runs.close()
+            raise
+        self._runs = runs
+        weakref.finalize(self, conn.release_later, "burst", self._remote_id)
 
     def close(self) -> None:
         """The service closes the driver's BurstContext now (the release rides on a ping)."""
         with self._lock:
             remote_id, self._remote_id = self._remote_id, None
+            runs, self._runs = self._runs, None
+        if runs is not None:
+            runs.close()
         if remote_id is None:
             return
         conn = self.prepared.conn  # type: ignore[attr-defined]
@@ -308,43 +341,6 @@ class ServiceBuffer(DeviceBuffer):
 
     def free(self) -> None:
         self._finalizer()
-
-
-def run_remote(conn: Connection, method: str, remote_id: int, request: Request, measure: bool,
-               deadline: float | None, loop_timeout_ns: int, *extra: Any,
-               fences: Sequence[int] = ()) -> ExecutionResult:
-    """One execution in the service; never raises (HAL executions report failures in their result).
-
-    Application arrays are staged through scratch shared memory (runtime time); the round trip minus
-    the time the service spent in the driver is IPC time. `extra` arguments follow the common ones
-    (execute_fenced's timeout after the fences); `fences` cross as descriptors.
-    """
-    start = time.perf_counter_ns()
-    try:
-        validate_deadline(deadline, f"{conn.label}: {method}")  # this side waits by it
-        staged = StagedPools(request.pools, conn.scratch)
-    except MltsError as e:
-        return ExecutionResult(e.code, [], message=e.message)
-    staged_ns = time.perf_counter_ns() - start
-    reusable = True
-    try:
-        result, driver_us, round_trip_us = conn.call(method, (remote_id, strip_request(request), measure, deadline,
-                                                              loop_timeout_ns, *extra), staged.pools, deadline=deadline,
-                                                     fences=fences)
-    except MltsError as e:
-        reusable = e.code not in (ResultCode.MISSED_DEADLINE_TRANSIENT, ResultCode.DEAD_OBJECT)
-        staged.release(reusable=reusable)
-        return ExecutionResult(e.code, [], message=e.message)
-    back = time.perf_counter_ns()
-    ok = isinstance(result, ExecutionResult) and result.status == ResultCode.NO_ERROR
-    if ok:
-        staged.copy_back()
-    # a failed asynchronous execution may be one whose callback was given up on: the driver may still write
-    staged.release(reusable=ok or method != "execute_async")
-    if isinstance(result, ExecutionResult):
-        runtime_us = (staged_ns + time.perf_counter_ns() - back) // 1000
-        result.call_timing = CallTiming(runtime=runtime_us, ipc=max(0, round_trip_us - driver_us), driver=driver_us)
-    return result
 
 
 def _close_quietly(holder: list[Connection]) -> None:

@@ -4,9 +4,10 @@ The main thread only reads: it maps the pools each call brings and hands the cal
 its own, so slow or concurrent executions never stop it from reading. Each kind of execution reaches
 the driver's own method for it, as an in-process driver's would: execute_synchronously, execute
 (asynchronous: answered when its callback is notified), a burst's BurstContext, execute_fenced.
-When the channel ends (the client closed it, exited or died) the client's bursts are closed (for at
-most a second) and the process exits, whatever its driver is doing: no orphans. SIGINT is ignored:
-Ctrl-C is the client's to handle.
+Reusable executions and bursts also get a shared-memory ring each, served by a thread of their own
+(ring_host). When the channel ends (the client closed it, exited or died) the client's bursts are
+closed (for at most a second) and the process exits, whatever its driver is doing: no orphans. SIGINT
+is ignored: Ctrl-C is the client's to handle.
 """
 from __future__ import annotations
 
@@ -25,18 +26,22 @@ from ..enums import Priority, ResultCode
 from ..hal.validation import check_priority, validate_cache_handles
 from ..errors import MltsError, error_from_exception
 from ..hal import (AllocatedBuffer, BufferToken, DeviceBuffer, ExecutionResult, IBurst, IDevice, IPreparedModel,
-                   failed_result)
+                   IReusablePreparedModel, failed_result)
+from ..drivers.base import DefaultExecution
 from ..hal.validation import validate_deadline, validate_fence_fds, validate_timeout_after_fence
 from .build import build_driver
 from .channel import Channel, ChannelClosed
 from .pools import PoolCache
 from ..hal.sync_fence import close_fds
 from .protocol import Call, Description, Reply, attach_pools
+from .ring_host import BurstRing, ExecutionRing, Rings, open_ring, queue_label
 
 #: how long past its deadline an asynchronous execution's callback is waited for (the client waits
 #: client.DEADLINE_GRACE_S, longer, so that it gets this answer rather than giving up)
 ASYNC_GRACE_S = 0.2
 BURST_CLOSE_S = 1.0  # how long the client's bursts get to close when it is gone
+#: calls whose non-pool descriptors (Call.fences) go to their handler: sync fences, or a ring's
+_TAKES_FDS = ("execute_fenced", "execution_create", "burst_open")
 
 
 class Server:
@@ -50,6 +55,7 @@ class Server:
         self.bursts: dict[int, IBurst] = {}
         self.buffers: dict[int, DeviceBuffer] = {}  # memory domains: tokens bound to this connection
         self.priorities: dict[int, int] = {}  # prepared or burst id -> its model's priority (for the queue)
+        self.rings = Rings()  # reusable execution or burst id -> the thread serving its ring
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._workers = _Workers()
@@ -108,6 +114,8 @@ class Server:
                 obj = table.pop(remote_id, None)
             if kind in ("prepared", "burst"):  # their queue priorities (bursts under negative keys)
                 self.priorities.pop(remote_id if kind == "prepared" else -remote_id, None)
+            if kind == "burst":
+                self.rings.stop(remote_id)
             if isinstance(obj, DeviceBuffer):
                 try:
                     obj.free()
@@ -136,7 +144,7 @@ class Server:
                 raise MltsError(ResultCode.BAD_DATA, f"unknown call {message.method!r}")
             if self.driver is None and message.method != "start":
                 raise MltsError(ResultCode.BAD_STATE, f"{message.method} before start")
-            if message.method == "execute_fenced":
+            if message.method in _TAKES_FDS:
                 value = handler(pools, fences, *message.args)
             elif fences:
                 raise MltsError(ResultCode.BAD_DATA, f"{self.name}: {message.method} takes no sync fences")
@@ -209,7 +217,7 @@ class Server:
         """Liveness, and what the service holds (leak checks)."""
         with self._lock:
             stats = {"prepared": len(self.prepared), "bursts": len(self.bursts), "pools": len(self.pools),
-                     "buffers": len(self.buffers)}
+                     "buffers": len(self.buffers), "rings": len(self.rings)}
         if self.driver is not None:  # this client's priority queue in front of the driver (mlts.runtime.qos)
             queue = qos.queue_for(self.driver).stats()
             stats["qos_yields"] = queue["yields"]
@@ -279,26 +287,64 @@ class Server:
 
         return self._queued(prepared_id, run, attach_pools(request, pools), measure, deadline, loop_timeout_ns)
 
-    def call_burst_open(self, pools: list, prepared_id: int) -> int:
+    def call_burst_open(self, pools: list, fds: list[int], prepared_id: int) -> int:
+        """The driver's burst, and the thread serving its ring when the call brought one."""
         prepared = self._lookup(self.prepared, prepared_id, "prepared model")
-        burst_id = self._register(self.bursts, prepared.configure_execution_burst())
-        self.priorities[-burst_id] = self.priorities.get(prepared_id, Priority.MEDIUM)  # bursts: negative keys
+        ring = open_ring(fds, f"{self.name}: burst_open") if fds else None
+        try:
+            burst = prepared.configure_execution_burst()
+        except BaseException:
+            if ring is not None:
+                ring.close()
+            raise
+        burst_id = self._register(self.bursts, burst)
+        priority = self.priorities[-burst_id] = self.priorities.get(prepared_id, Priority.MEDIUM)  # negative keys
+        if ring is not None:
+            self.rings.serve(burst_id, BurstRing(burst, self.pools, self._check_tokens, ring, self.name,
+                                                 qos.queue_for(self.driver), priority,
+                                                 queue_label(self.name, -burst_id, priority)))
         return burst_id
 
-    def call_burst_execute(self, pools: list, burst_id: int, request, measure: bool, deadline, loop_timeout_ns: int):
+    def call_burst_execute(self, pools: list, burst_id: int, request, measure: bool, deadline, loop_timeout_ns: int,
+                           slot: int | None = None):
+        """`slot`: the client keeps this request in its ring's slot, for later runs by slot number."""
         burst = self._lookup(self.bursts, burst_id, "burst")
         self._check_tokens(pools)
-        return self._queued(-burst_id, burst.execute, attach_pools(request, pools), measure, deadline,
-                            loop_timeout_ns)
+        request = attach_pools(request, pools)
+        if slot is not None:
+            self.rings.keep(burst_id, slot, request)
+        return self._queued(-burst_id, burst.execute, request, measure, deadline, loop_timeout_ns)
+
+    def call_execution_create(self, pools: list, fds: list[int], prepared_id: int, request, measure: bool,
+                              loop_timeout_ns: int) -> int:
+        """A reusable execution: the driver's own (createReusableExecution) or DefaultExecution, served by
+        a thread of its own on the ring whose memory and eventfds came with the call."""
+        prepared = self._lookup(self.prepared, prepared_id, "prepared model")
+        self._check_tokens(pools)
+        request = attach_pools(request, pools)
+        if isinstance(prepared, IReusablePreparedModel):
+            execution = prepared.create_reusable_execution(request, measure, loop_timeout_ns)
+        else:
+            execution = DefaultExecution(prepared, request, measure, loop_timeout_ns)
+        try:
+            ring = open_ring(fds, f"{self.name}: execution_create")
+        except BaseException:
+            execution.close()
+            raise
+        execution_id = next(self._ids)
+        priority = self.priorities.get(prepared_id, Priority.MEDIUM)
+        self.rings.serve(execution_id, ExecutionRing(execution, ring, self.name, qos.queue_for(self.driver),
+                                                     priority, queue_label(self.name, prepared_id, priority)))
+        return execution_id
 
     def _queued(self, key: int, run, request, measure: bool, deadline, loop_timeout_ns: int) -> ExecutionResult:
         """An execution through this client's priority queue: the priority came with prepare_model, and the
         queue's checkpoint reaches in-process kernel drivers between operations."""
         priority = self.priorities.get(key, Priority.MEDIUM)
         try:
-            label = f"{self.name} #{key} {Priority(priority).name}"
-            with qos.admitted(qos.queue_for(self.driver), priority, deadline, label):
-                return _execute(self.name, run, request, measure, deadline, loop_timeout_ns)
+            return qos.run_admitted(qos.queue_for(self.driver), priority, deadline,
+                                    queue_label(self.name, key, priority),
+                                    _execute, self.name, run, request, measure, deadline, loop_timeout_ns)
         except MltsError as e:  # refused by the queue: busy, or the deadline passed while waiting
             return ExecutionResult(e.code, [], message=f"{self.name}: {e.message}")
 

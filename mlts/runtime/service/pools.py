@@ -59,6 +59,20 @@ class PoolExporter:
                 weakref.finalize(pool, self._forgotten.append, pool.id)
         return refs, fds
 
+    def known_refs(self, pools: Sequence[Memory]) -> list[PoolRef] | None:
+        """The refs of pools the service has mapped already (no descriptor to send), or None if one has not
+        been sent: what a message outside the channel (a burst's ring) may name."""
+        refs = []
+        for pool in pools:
+            if isinstance(pool, BufferToken):
+                refs.append(pool)
+            elif pool.id in self._sent:
+                refs.append(PoolRef(pool.id, pool.size, pool.file_offset if pool.kind == "file" else 0,
+                                    protection(pool)))
+            else:
+                return None
+        return refs
+
     def unsend(self, refs: Sequence[PoolRef], forgotten: Sequence[int]) -> None:
         """Undo `refs` and `drain_forgotten` for a message that could not be sent after all."""
         for ref in refs:
@@ -113,12 +127,15 @@ class ScratchPools:
 
 
 class StagedPools:
-    """The pools of one call as they cross, with the copies back to application arrays to do afterwards."""
+    """The pools of one call as they cross, with the copies back to application arrays to do afterwards;
+    kept by a reusable execution or a burst slot, `copy_in` stages the arrays again for another run."""
 
     def __init__(self, pools: Sequence[Memory], scratch: ScratchPools) -> None:
         self._scratch = scratch
         self.pools: list[Memory] = []
         self._staged: list[tuple[Memory, Memory]] = []
+        self._copies: list[tuple[memoryview, memoryview]] = []  # application array -> its stage, per pool
+        self._backs: list[tuple[memoryview, memoryview]] = []  # the writable ones
         try:
             for pool in pools:
                 if isinstance(pool, BufferToken) or crossable(pool):
@@ -127,18 +144,29 @@ class StagedPools:
                 if pool.closed:
                     raise MltsError(ResultCode.BAD_DATA, f"memory {pool.name} has been freed")
                 stage = scratch.acquire(pool.size)
-                if pool.size:
-                    stage.view(0, pool.size)[:] = pool.view()
                 self.pools.append(stage)
                 self._staged.append((pool, stage))
+                if pool.size:
+                    self._copies.append((pool.view(), stage.view(0, pool.size)))
+                    if pool.writable:
+                        self._backs.append((pool.view(), stage.view(0, pool.size)))
+            self.copy_in()
         except BaseException:
             self.release(reusable=True)
             raise
 
+    @property
+    def staged(self) -> bool:
+        """Whether any pool is an application array (copied in and out around each run)."""
+        return bool(self._staged)
+
+    def copy_in(self) -> None:
+        for src, stage in self._copies:
+            stage[:] = src
+
     def copy_back(self) -> None:
-        for pool, stage in self._staged:
-            if pool.writable and pool.size:
-                pool.view()[:] = stage.view(0, pool.size)
+        for dst, stage in self._backs:
+            dst[:] = stage
 
     def release(self, *, reusable: bool) -> None:
         for _, stage in self._staged:
@@ -146,7 +174,7 @@ class StagedPools:
                 self._scratch.release(stage)
             else:
                 self._scratch.discard(stage)
-        self._staged = []
+        self._staged, self._copies, self._backs = [], [], []
 
 
 def model_pools(pools: Sequence[Memory]) -> list[Memory]:

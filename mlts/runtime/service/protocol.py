@@ -42,8 +42,9 @@ class Call:
     pools: tuple[PoolRef, ...] = ()
     forget: tuple[int, ...] = ()  # pool ids
     release: tuple[tuple[str, int], ...] = ()  # ("prepared" | "burst" | "buffer", remote id or buffer token)
-    #: indexes of the message's fds that are sync fences (execute_fenced's wait_for, in order), not pools;
-    #: the service owns them for the call and closes them after it
+    #: indexes of the message's fds that are not pools: sync fences (execute_fenced's wait_for, in order) or a
+    #: ring's memory and eventfds (execution_create, burst_open); the service owns them for the call and
+    #: closes them after it (a ring's thread keeps duplicates)
     fences: tuple[int, ...] = ()
 
 
