@@ -17,20 +17,45 @@ from __future__ import annotations
 import time
 
 from mlts.runtime.drivers.kernel_driver import KernelDriver, KernelPreparedModel
-from mlts.runtime.hal import Capabilities
+from mlts.runtime.hal import BufferToken, Capabilities, IExecution
 
 NAME = "slowed-cpu"
 
 
+def _slowed(factor: float, run, *args):
+    """run(*args), then a spin of (factor - 1) times what it took."""
+    start = time.perf_counter()
+    result = run(*args)
+    own = time.perf_counter() - start
+    until = time.perf_counter() + (factor - 1.0) * own
+    while time.perf_counter() < until:
+        pass
+    return result
+
+
+class SlowedExecution(IExecution):
+    """The kernels' reusable execution, slowed as every other run: a reusable Execution of this driver is
+    `factor` times nnapi-reference's reusable execution, not its per-call path."""
+
+    def __init__(self, inner: IExecution, factor: float) -> None:
+        self.inner = inner
+        self.factor = factor
+
+    def execute_synchronously(self, deadline):
+        return _slowed(self.factor, self.inner.execute_synchronously, deadline)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 class SlowedPreparedModel(KernelPreparedModel):
     def execute_synchronously(self, request, measure, deadline, loop_timeout_ns):
-        start = time.perf_counter()
-        result = super().execute_synchronously(request, measure, deadline, loop_timeout_ns)
-        own = time.perf_counter() - start
-        until = time.perf_counter() + (self.driver.factor - 1.0) * own
-        while time.perf_counter() < until:
-            pass
-        return result
+        return _slowed(self.driver.factor, super().execute_synchronously, request, measure, deadline, loop_timeout_ns)
+
+    def create_reusable_execution(self, request, measure, loop_timeout_ns):
+        if any(isinstance(pool, BufferToken) for pool in request.pools):
+            return super().create_reusable_execution(request, measure, loop_timeout_ns)
+        return SlowedExecution(self.kernel_execution(request, measure, loop_timeout_ns), self.driver.factor)
 
 
 class SlowedDriver(KernelDriver):

@@ -278,15 +278,16 @@ class RunTimeEstimate:
     def __init__(self, window: int = ESTIMATE_WINDOW) -> None:
         self._samples: deque[float] = deque(maxlen=window)
         self._lock = threading.Lock()
+        self._value: float | None = None  # the average, recomputed on add: read on every run
 
     def add(self, seconds: float) -> None:
         with self._lock:
             self._samples.append(max(0.0, float(seconds)))
+            self._value = sum(self._samples) / len(self._samples)
 
     @property
     def value(self) -> float | None:
-        with self._lock:
-            return sum(self._samples) / len(self._samples) if self._samples else None
+        return self._value
 
 
 class DriverLoad:

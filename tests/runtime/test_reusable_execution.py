@@ -14,6 +14,7 @@ import pytest
 from fake_drivers import ADD, FakeDriver, FakePreparedModel, chain_model, dynamic_chain_model
 from mlts.runtime import (Compilation, DurationCode, Execution, FuseCode, Model, MltsError, OperandCode,
                           OperandType, OperationCode, ResultCode, get_device)
+from mlts.runtime.app.execution import LANE_AFTER_COMPUTES
 from mlts.runtime.cpu.bound_graph import BoundGraph
 from mlts.runtime.cpu.executor import PreparedGraph
 from mlts.runtime.hal import ExecutionResult, IExecution, OutputShape
@@ -67,10 +68,29 @@ def _execution(compilation: Compilation, x, y, out) -> Execution:
     return ex
 
 
+def _bind(run) -> None:
+    """The computes after which a reusable execution's next ones go through its IExecution."""
+    for _ in range(LANE_AFTER_COMPUTES):
+        run()
+
+
 def _compiled(model, devices=None) -> Compilation:
     c = Compilation(model) if devices is None else Compilation.for_devices(model, devices)
     c.finish()
     return c
+
+
+def _counting(register, x=None, y=None, *, explicit: bool = True):
+    """A CountingDriver registered for this test, and a reusable execution of x + y on it, bound to a
+    zeroed output: (driver, compilation, execution, out). `explicit`: the driver alone (no CPU
+    fallback); otherwise the partitioner's choice."""
+    driver = CountingDriver()
+    (device,) = register(driver)
+    x = np.ones((3, 4), np.float32) if x is None else x
+    y = np.ones((3, 4), np.float32) if y is None else y
+    out = np.zeros((3, 4), np.float32)
+    comp = _compiled(chain_model([ADD]), [device] if explicit else None)
+    return driver, comp, _execution(comp, x, y, out), out
 
 
 def test_later_computes_run_through_one_reusable_execution(register):
@@ -87,11 +107,13 @@ def test_later_computes_run_through_one_reusable_execution(register):
         expected[0, 0] = k + 0.5
         np.testing.assert_array_equal(out, expected)
         assert ex.get_output_operand_dimensions(0) == (3, 4)
-    assert driver.created == [(False, ex._loop_timeout_ns)]  # after the first compute, once
-    assert driver.runs == 4
+    assert driver.created == [(False, ex._loop_timeout_ns)]  # once, after two computes of the same bindings
+    assert driver.runs == 3
     assert len(driver.executed_steps) == 5  # every compute reached the driver
     ex.set_input(1, np.ones((3, 4), np.float32))  # a new binding: a new reusable execution
     assert driver.closed == 1
+    ex.compute()
+    assert len(driver.created) == 1  # one compute of the new bindings: not bound yet
     ex.compute()
     ex.compute()
     assert len(driver.created) == 2
@@ -99,20 +121,15 @@ def test_later_computes_run_through_one_reusable_execution(register):
 
 
 def test_a_run_that_fails_through_the_lane_fails_as_a_per_call_run_does(register):
-    driver = CountingDriver()
-    (device,) = register(driver)
-    x, y = np.ones((3, 4), np.float32), np.ones((3, 4), np.float32)
-    out = np.zeros((3, 4), np.float32)
-    comp = _compiled(chain_model([ADD]), [device])  # one explicit device: no CPU fallback
-    ex = _execution(comp, x, y, out)
-    ex.compute()
+    driver, comp, ex, out = _counting(register)  # one explicit device: no CPU fallback
+    _bind(ex.compute)
     ex.compute()
     assert driver.runs == 1
     driver.fail_with = ExecutionResult(ResultCode.OP_FAILED, [], message="injected failure")
     with pytest.raises(MltsError) as caught:
         ex.compute()
     assert caught.value.code == ResultCode.OP_FAILED
-    assert "injected failure" in caught.value.message and device.name in caught.value.message
+    assert "injected failure" in caught.value.message and driver.name in caught.value.message
     with pytest.raises(MltsError):
         ex.get_output_operand_dimensions(0)  # a failed compute has no output shapes
     assert ex.get_timing_breakdown()["calls"][0]["status"] == "OP_FAILED"
@@ -132,13 +149,9 @@ def test_a_run_that_fails_through_the_lane_fails_as_a_per_call_run_does(register
 
 
 def test_a_run_that_fails_through_the_lane_falls_back_to_the_cpu_where_nnapi_allows(register):
-    driver = CountingDriver()
-    register(driver)
-    x, y = np.full((3, 4), 2, np.float32), np.full((3, 4), 3, np.float32)
-    out = np.zeros((3, 4), np.float32)
-    comp = _compiled(chain_model([ADD]))  # the partitioner's choice: CPU fallback allowed
+    driver, comp, ex, out = _counting(register, np.full((3, 4), 2, np.float32), np.full((3, 4), 3, np.float32),
+                                      explicit=False)  # the partitioner's choice: CPU fallback allowed
     assert comp.plan.steps[0].device.name == driver.name
-    ex = _execution(comp, x, y, out)
     ex.compute()
     ex.compute()
     driver.fail_with = ExecutionResult(ResultCode.OP_FAILED, [], message="injected failure")
@@ -150,11 +163,7 @@ def test_a_run_that_fails_through_the_lane_falls_back_to_the_cpu_where_nnapi_all
 
 
 def test_changed_settings_rebind_and_timing_is_what_was_asked(register):
-    driver = CountingDriver()
-    (device,) = register(driver)
-    x, y = np.ones((3, 4), np.float32), np.ones((3, 4), np.float32)
-    out = np.zeros((3, 4), np.float32)
-    ex = _execution(_compiled(chain_model([ADD]), [device]), x, y, out)
+    driver, _, ex, out = _counting(register)
     ex.compute()
     ex.compute()
     assert ex.get_duration(DurationCode.IN_DRIVER) == NO_TIMING
@@ -173,11 +182,7 @@ def test_changed_settings_rebind_and_timing_is_what_was_asked(register):
 
 
 def test_a_second_compute_while_one_runs_is_refused(register):
-    driver = CountingDriver()
-    (device,) = register(driver)
-    x, y = np.ones((3, 4), np.float32), np.ones((3, 4), np.float32)
-    out = np.zeros((3, 4), np.float32)
-    ex = _execution(_compiled(chain_model([ADD]), [device]), x, y, out)
+    driver, _, ex, out = _counting(register)
     ex.compute()
     ex.compute()
     driver.delay_s = 0.5
@@ -253,7 +258,7 @@ def test_a_runtime_activation_changes_results_through_the_lane():
     ex.set_input(1, b)
     ex.set_input(2, act)
     ex.set_output(0, out)
-    ex.compute()
+    _bind(ex.compute)
     ex.compute()
     np.testing.assert_array_equal(out, [[-2, -2, 2, 2]])
     assert ex._lane is not None and ex._lane.hal_execution.graph.operations is False
@@ -306,14 +311,21 @@ def test_burst_computes_run_through_a_reusable_execution_of_the_burst(register):
 def test_a_forwarding_burst_binds_through_the_prepared_models_reusable_execution(register):
     from mlts.runtime import Burst
 
-    driver = CountingDriver()
-    (device,) = register(driver)
-    x, y = np.ones((3, 4), np.float32), np.full((3, 4), 2, np.float32)
-    out = np.zeros((3, 4), np.float32)
-    comp = _compiled(chain_model([ADD]), [device])
-    ex = _execution(comp, x, y, out)
+    driver, comp, ex, out = _counting(register, y=np.full((3, 4), 2, np.float32))
     burst = Burst(comp)
-    for _ in range(3):
+    for _ in range(LANE_AFTER_COMPUTES + 2):
         ex.burst_compute(burst)
     assert len(driver.created) == 1 and driver.runs == 2
     np.testing.assert_array_equal(out, np.full((3, 4), 3, np.float32))
+
+
+def test_a_freed_execution_releases_its_reusable_execution_and_refuses_use(register):
+    driver, _, ex, out = _counting(register)
+    _bind(ex.compute)
+    assert len(driver.created) == 1 and driver.closed == 0
+    ex.free()
+    assert driver.closed == 1
+    for call in (ex.compute, lambda: ex.set_input(0, np.ones((3, 4), np.float32))):
+        with pytest.raises(MltsError) as caught:
+            call()
+        assert caught.value.code == ResultCode.BAD_STATE and "freed" in caught.value.message

@@ -30,6 +30,10 @@ from .reusable_lane import ReusableLane, lane_for
 from .step_runner import Binding, StepRunner, call_record, domain_input
 
 
+#: successful computes with unchanged settings after which a reusable execution binds its request
+LANE_AFTER_COMPUTES = 2
+
+
 class Execution:
     """One application of a compilation to one set of inputs."""
 
@@ -59,10 +63,23 @@ class Execution:
         self._calls: list[tuple] = []
         self._requests: dict = {}  # (step, prepared model) -> the request last sent (step_runner._SentRequest)
         self._lane: ReusableLane | None = None  # reusable_lane.py: later computes of unchanged settings
+        self._unchanged_computes = 0  # successful computes since the last setting changed
         self._wall_ns = 0
 
     # -- settings -------------------------------------------------------------------------------
+    def free(self) -> None:
+        """ANeuralNetworksExecution_free: releases what the execution holds in drivers (its reusable
+        execution: for a driver service, a ring and a service thread) now rather than when it is
+        collected; the execution cannot be used again. Never raises."""
+        if self._lane is not None:
+            self._lane.close()
+            self._lane = None
+        self._requests = {}
+        self._state = "freed"
+
     def _check_preparation(self, call: str) -> None:
+        if self._state == "freed":
+            raise bad_state(f"{call}: the execution has been freed")
         if self._state == "computing":
             raise bad_state(f"{call}: the execution is running")
         if self._state == "completed" and not self._reusable:
@@ -72,6 +89,7 @@ class Execution:
         """A setting is about to change: allowed only between computations, and the reusable lane (built
         for the settings of the last compute) no longer applies."""
         self._check_preparation(call)
+        self._unchanged_computes = 0
         if self._lane is not None:
             self._lane.close()
             self._lane = None
@@ -194,19 +212,24 @@ class Execution:
         """Run synchronously; raises MltsError on failure. A reusable execution whose settings have not
         changed since its last successful compute runs through its reusable lane (reusable_lane.py)."""
         lane = self._lane
-        if lane is not None and lane.burst is None and lane.compute():
+        if lane is not None and lane.burst is None and lane.compute(self):
             return
         self._begin("compute")
         self._run(None)
         self._rebind(None)
 
     def _rebind(self, burst: Burst | None) -> None:
-        """After a successful compute of a reusable execution: the lane for the next ones."""
+        """After a successful compute of a reusable execution: the lane for the next ones, once the same
+        settings have served two computes (an execution rebound for every compute, as when an accuracy
+        pass feeds image after image, never pays for creating a driver's reusable execution)."""
         if not self._reusable:
             return
+        self._unchanged_computes += 1
         if self._lane is not None:
             self._lane.close()
-        self._lane = lane_for(self, burst)
+            self._lane = None
+        if self._unchanged_computes >= LANE_AFTER_COMPUTES:
+            self._lane = lane_for(self, burst)
 
     def compute_profiled(self) -> list[OperationProfile]:
         """Extension: compute(), timing each operation on devices whose prepared models implement the HAL's
@@ -242,7 +265,7 @@ class Execution:
             raise bad_state("burst_compute: the burst is already running another execution")
         try:
             lane = self._lane
-            if lane is not None and lane.burst is burst and lane.compute():
+            if lane is not None and lane.burst is burst and lane.compute(self):
                 return
             self._begin("burst_compute")
             self._run(burst)

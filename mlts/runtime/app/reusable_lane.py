@@ -74,11 +74,11 @@ def lane_for(execution: Execution, burst: Burst | None = None) -> ReusableLane |
 
 
 class ReusableLane:
-    """One IExecution and what a compute through it needs, computed once."""
+    """One IExecution and what a compute through it needs, computed once. It keeps no reference to its
+    Execution (which is passed to compute): no cycle keeps either alive after the application drops it."""
 
     def __init__(self, execution: Execution, step, request, hal_execution: IExecution,
                  burst: Burst | None = None) -> None:
-        self.ex = execution
         self.burst = burst  # the burst its runs go through (Execution.burst_compute), or None (compute)
         self.call = "compute" if burst is None else "burst_compute"
         self.step = step
@@ -103,14 +103,13 @@ class ReusableLane:
         except Exception:  # a driver's close failing must not fail the application's setter
             pass
 
-    def compute(self) -> bool:
+    def compute(self, ex: Execution) -> bool:
         """Execution.compute() (or burst_compute() through the lane's burst) via the IExecution; False
         (nothing done) once a memory of the request has been freed: the per-call path then says what is
         wrong."""
         for pool in self.pools:
             if pool.closed:
                 return False
-        ex = self.ex
         with ex._lock:
             if ex._state == "computing":
                 raise bad_state(f"{self.call}: the execution is running")
@@ -126,7 +125,7 @@ class ReusableLane:
             except Exception as e:  # the client survives any driver failure
                 result = ExecutionResult(ResultCode.OP_FAILED, [], message=f"driver raised {type(e).__name__}: {e}")
             elapsed = time.perf_counter_ns() - started
-            if not self._accept(result, elapsed):
+            if not self._accept(ex, result, elapsed):
                 result = checked_result(result)
                 ex._calls = [(self.step.index, self.device_name, self.hosting, result, elapsed)]
                 ex._output_shapes = None
@@ -142,7 +141,7 @@ class ReusableLane:
             ex._state = "completed"  # one attribute store: atomic; the lock guards only the check-and-set above
         return True
 
-    def _accept(self, result: ExecutionResult, elapsed_ns: int) -> bool:
+    def _accept(self, ex: Execution, result: ExecutionResult, elapsed_ns: int) -> bool:
         """The common case, checked by comparison: success, the shapes of the first run, valid timing."""
         if type(result) is not ExecutionResult or result.status is not _NO_ERROR:
             return False
@@ -155,9 +154,8 @@ class ReusableLane:
         timing = result.timing
         if timing is not NO_TIMING_INFO and not is_valid_timing(timing):
             return False
-        if getattr(result, "fenced_timing", None) is not None:
+        if result.fenced_timing is not None:
             return False
-        ex = self.ex
         ex._output_shapes = list(self.shapes)
         ex._results = list(self.results)
         ex._timing = timing

@@ -10,17 +10,16 @@ flow, is run by the executor as usual on every run.
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from .. import vlog
 from ..enums import OperandLifetime, ResultCode
-from ..errors import ExecutionAborted, MltsError, error_from_exception
+from ..errors import MltsError, error_from_exception
 from ..operand_type import OperandType
 from ..ops import OperationContext
-from .executor import PreparedGraph, _GraphRunner, checked_results
+from .executor import PreparedGraph, between_operations, checked_results
 
 CONSTANT_LIFETIMES = (OperandLifetime.CONSTANT_COPY, OperandLifetime.CONSTANT_REFERENCE)
 
@@ -78,12 +77,8 @@ class BoundGraph:
         for index, arr in zip(subgraph.input_indexes, inputs):
             values[index] = arr
         for bound in operations:
-            if deadline is not None and time.monotonic() > deadline:
-                raise ExecutionAborted(ResultCode.MISSED_DEADLINE_TRANSIENT,
-                                       f"deadline passed before {bound.where}")
-            if checkpoint is not None:
-                checkpoint()
             ctx = bound.context
+            between_operations(deadline, checkpoint, ctx.op_index, ctx.code)
             ctx.rebind([values.get(i) for i in bound.inputs])
             try:
                 results = bound.impl.execute(ctx)
@@ -101,54 +96,46 @@ class BoundGraph:
 
     def _first_run(self, inputs: Sequence[np.ndarray | None], deadline: float | None, loop_timeout_ns: int | None,
                    checkpoint: Callable[[], None] | None) -> list[np.ndarray]:
-        """The executor's run, recording each operation's prepare; binds the graph when every prepare read
-        only constants."""
+        """The executor's own run, recording each operation's prepare; binds the graph when every prepare
+        read only constants."""
         graph = self.graph
+        recording = _RecordingGraph(graph)
+        outputs = recording.run(inputs, deadline=deadline, loop_timeout_ns=loop_timeout_ns, checkpoint=checkpoint)
         subgraph = graph.model.main
-        values: dict[int, Any] = dict(graph.constants[0])
-        for index, arr in zip(subgraph.input_indexes, inputs):
-            values[index] = arr
-        runner = _GraphRunner(graph, deadline, loop_timeout_ns, checkpoint)
-        remaining = [o.number_of_consumers for o in subgraph.operands]
-        keep = set(subgraph.output_indexes)
-        bound: list[_BoundOperation] | None = []
-        for j, op in enumerate(subgraph.operations):
-            if deadline is not None and time.monotonic() > deadline:
-                raise ExecutionAborted(ResultCode.MISSED_DEADLINE_TRANSIENT,
-                                       f"deadline passed before operation {j} ({op.type.name})")
-            if checkpoint is not None:
-                checkpoint()
-            impl = graph.kernels[j]
-            ctx = graph.operation_context(j, op, subgraph, values, runner, _RecordingContext)
-            results = graph.prepare_and_execute(ctx, impl)
-            for o, r in zip(op.outputs, results):
-                values[o] = r
-            drop = []
-            for i in op.inputs:
-                remaining[i] -= 1
-                if remaining[i] == 0 and i not in keep and \
-                        subgraph.operands[i].lifetime == OperandLifetime.TEMPORARY_VARIABLE:
-                    values.pop(i, None)
-                    drop.append(i)
-            if bound is not None and _reads_constants_only(ctx, subgraph):
-                out_types = [ctx.output_type(k) for k in range(ctx.num_outputs)]
-                context = OperationContext(
-                    op_index=j, code=op.type, input_types=[ctx.input_type(k) for k in range(ctx.num_inputs)],
-                    output_types=out_types, input_values=[], input_operands=op.inputs, output_operands=op.outputs,
-                    phase="execute", relaxed=graph.model.relax_computation_float32_to_float16,
-                    error_code=ResultCode.OP_FAILED)
-                context.output_shapes = ctx.output_shapes
-                bound.append(_BoundOperation(
-                    context, impl, list(op.inputs), list(op.outputs), out_types, ctx.output_shapes,
-                    [(tuple(shape), t.dtype) for shape, t in zip(ctx.output_shapes, out_types)], drop,
-                    f"operation {j} ({op.type.name})"))
-            else:
-                bound = None
-        missing = [i for i in subgraph.output_indexes if i not in values]
-        if missing:
-            raise MltsError(ResultCode.OP_FAILED, f"outputs {missing} were not computed")
-        self.operations = bound if bound is not None else False
-        return [values[i] for i in subgraph.output_indexes]
+        bound = []
+        for (j, op, impl, ctx), drop in zip(recording.contexts, graph.freed_after[0]):
+            if not _reads_constants_only(ctx, subgraph):
+                self.operations = False
+                return outputs
+            out_types = [ctx.output_type(k) for k in range(ctx.num_outputs)]
+            context = OperationContext(
+                op_index=j, code=op.type, input_types=[ctx.input_type(k) for k in range(ctx.num_inputs)],
+                output_types=out_types, input_values=[], input_operands=op.inputs, output_operands=op.outputs,
+                phase="execute", relaxed=graph.model.relax_computation_float32_to_float16,
+                error_code=ResultCode.OP_FAILED)
+            context.output_shapes = ctx.output_shapes
+            bound.append(_BoundOperation(
+                context, impl, list(op.inputs), list(op.outputs), out_types, ctx.output_shapes,
+                [(tuple(shape), t.dtype) for shape, t in zip(ctx.output_shapes, out_types)], drop,
+                f"operation {j} ({op.type.name})"))
+        self.operations = bound
+        return outputs
+
+
+class _RecordingGraph(PreparedGraph):
+    """`graph` for one run, keeping each main-subgraph operation's context as its prepare saw it (the
+    pattern of cpu/profiling.py's ProfiledGraph)."""
+
+    def __init__(self, graph: PreparedGraph) -> None:
+        vars(self).update(vars(graph))  # not PreparedGraph.__init__: the graph's prepared state is shared
+        self.contexts: list[tuple[int, Any, Any, _RecordingContext]] = []
+
+    def run_operation(self, j: int, op, impl, subgraph, values: dict[int, Any], runner) -> list[np.ndarray]:
+        if subgraph is not self.model.main:
+            return super().run_operation(j, op, impl, subgraph, values, runner)
+        ctx = self.operation_context(j, op, subgraph, values, runner, _RecordingContext)
+        self.contexts.append((j, op, impl, ctx))
+        return self.prepare_and_execute(ctx, impl)
 
 
 def _reads_constants_only(ctx: _RecordingContext, subgraph) -> bool:

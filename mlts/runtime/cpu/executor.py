@@ -54,6 +54,8 @@ class PreparedGraph:
                 elif operand.lifetime == OperandLifetime.SUBGRAPH:
                     values[i] = operand.location.offset
             self.constants.append(values)
+        #: per subgraph and operation, the temporaries whose last use it is (freed after it runs)
+        self.freed_after = [freed_after_each_operation(sg) for sg in (model.main, *model.referenced)]
         self.kernels = []
         for j, op in enumerate(model.main.operations):
             impl = get_operation(op.type)
@@ -73,24 +75,17 @@ class PreparedGraph:
         for index, arr in zip(subgraph.input_indexes, inputs):
             values[index] = arr
         runner = _GraphRunner(self, deadline, loop_timeout_ns, checkpoint)
-        remaining = [o.number_of_consumers for o in subgraph.operands]
-        keep = set(subgraph.output_indexes)
+        freed_after = self.freed_after[subgraph_index]
         for j, op in enumerate(subgraph.operations):
-            if deadline is not None and time.monotonic() > deadline:
-                raise ExecutionAborted(ResultCode.MISSED_DEADLINE_TRANSIENT,
-                                       f"deadline passed before operation {j} ({op.type.name})")
-            if checkpoint is not None:
-                checkpoint()
+            between_operations(deadline, checkpoint, j, op.type)
             impl = get_operation(op.type)
             if impl is None:
                 raise MltsError(ResultCode.OP_FAILED, f"operation {j} ({op.type.name}) has no CPU kernel")
             results = self.run_operation(j, op, impl, subgraph, values, runner)
             for o, r in zip(op.outputs, results):
                 values[o] = r
-            for i in op.inputs:
-                remaining[i] -= 1
-                if remaining[i] == 0 and i not in keep and subgraph.operands[i].lifetime == OperandLifetime.TEMPORARY_VARIABLE:
-                    values.pop(i, None)
+            for i in freed_after[j]:
+                values.pop(i, None)
         missing = [i for i in subgraph.output_indexes if i not in values]
         if missing:
             raise MltsError(ResultCode.OP_FAILED, f"outputs {missing} were not computed")
@@ -148,6 +143,31 @@ class PreparedGraph:
         except Exception as e:
             raise error_from_exception(e, f"{where} failed") from None
         return checked_results(where, results, shapes, out_types)
+
+
+def between_operations(deadline: float | None, checkpoint: Callable[[], None] | None, j: int, code: Any) -> None:
+    """Before operation `j`: a run past its deadline stops here, and the queue's checkpoint may pre-empt it."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise ExecutionAborted(ResultCode.MISSED_DEADLINE_TRANSIENT,
+                               f"deadline passed before operation {j} ({code.name})")
+    if checkpoint is not None:
+        checkpoint()
+
+
+def freed_after_each_operation(subgraph: Subgraph) -> list[list[int]]:
+    """For each operation, the temporaries it uses last (not subgraph outputs): what a run frees after it."""
+    remaining = [o.number_of_consumers for o in subgraph.operands]
+    keep = set(subgraph.output_indexes)
+    freed = []
+    for op in subgraph.operations:
+        last = []
+        for i in op.inputs:
+            remaining[i] -= 1
+            if remaining[i] == 0 and i not in keep and \
+                    subgraph.operands[i].lifetime == OperandLifetime.TEMPORARY_VARIABLE:
+                last.append(i)
+        freed.append(last)
+    return freed
 
 
 def checked_results(where: str, results: Sequence[Any], shapes: Sequence[tuple[int, ...]],

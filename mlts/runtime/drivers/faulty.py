@@ -58,6 +58,7 @@ given (`faulty:wrong-small@execute?seed=3` -> `faulty-wrong-small-execute-seed3`
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import sys
 import threading
@@ -369,7 +370,10 @@ class FaultyPreparedModel(PreparedModel):
             if t.time_on_device != NO_TIMING and t.time_in_driver != NO_TIMING:
                 result.timing = Timing(int(t.time_on_device * factor), int(t.time_in_driver * factor))
         elif fault == "leak":
-            block = np.full(int(float(d.spec.option("mb")) * (1 << 20)), 0xA5, np.uint8)  # written: resident
+            # Fresh anonymous pages, written: resident whatever the allocator holds free from earlier work
+            # (a heap block could reuse pages already resident, and the process would not grow).
+            block = np.frombuffer(mmap.mmap(-1, int(float(d.spec.option("mb")) * (1 << 20))), np.uint8)
+            block.fill(0xA5)
             with d.lock:
                 d.leaked.append(block)
         elif fault in ("wrong-small", "wrong-large"):

@@ -159,6 +159,11 @@ class KernelPreparedModel(PreparedModel, IOperationProfiling):
         if type(self).execute_synchronously is not KernelPreparedModel.execute_synchronously or \
                 any(isinstance(pool, BufferToken) for pool in request.pools):
             return super().create_reusable_execution(request, measure, loop_timeout_ns)
+        return self.kernel_execution(request, measure, loop_timeout_ns)
+
+    def kernel_execution(self, request: Request, measure: bool, loop_timeout_ns: int) -> KernelExecution:
+        """The shared kernels' reusable execution of a request naming no driver-allocated buffer (what
+        create_reusable_execution returns; a subclass that wraps the kernels' runs wraps this too)."""
         name = self.driver.name
         validate_execution_arguments(measure, None, loop_timeout_ns, f"{name}: createReusableExecution")
         in_types = validate_request(request, self.model)

@@ -61,7 +61,7 @@ class _Binary(Operation):
             return [self.integer(a.astype(np.int64), b.astype(np.int64)).astype(np.int32)]
         with np.errstate(all="ignore"):
             out = self.real(a, b)
-        return [apply_float_activation(out, fuse).astype(a.dtype)]
+        return [apply_float_activation(out, fuse).astype(a.dtype, copy=False)]  # a new array already
 
     def real(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         raise NotImplementedError

@@ -120,8 +120,10 @@ class OperationContext:
 
     # -- values -------------------------------------------------------------------------------
     def value(self, i: int) -> Any:
-        """The operand's value: an array (or 0-d array for scalars); None when not known yet."""
-        if self.is_omitted(i):
+        """The operand's value: an array (or 0-d array for scalars); None when not known yet. Every read of
+        a value goes through here (cpu/bound_graph.py records what prepare reads)."""
+        types = self._in_types
+        if i >= len(types) or types[i] is None:  # omitted (is_omitted, inline: on every kernel's path)
             return None
         return self._values[i]
 
@@ -135,19 +137,22 @@ class OperationContext:
 
     def scalar(self, i: int, default: Any = None) -> Any:
         """A scalar input as a Python value; `default` when omitted; raises ValueUnknown if unknown."""
-        if self.is_omitted(i):
-            if default is None:
-                raise self.fail("required scalar input is omitted", input=i)
-            return default
-        v = self.require_value(i)
-        return np.asarray(v).item()
+        v = self.value(i)
+        if v is None:
+            if self.is_omitted(i):
+                if default is None:
+                    raise self.fail("required scalar input is omitted", input=i)
+                return default
+            raise ValueUnknown(i)
+        return v.item() if type(v) is np.ndarray else np.asarray(v).item()
 
     def scalar_if_known(self, i: int) -> Any:
         v = self.value(i)
         return None if v is None else np.asarray(v).item()
 
     def input(self, i: int) -> np.ndarray:
-        return self.require_value(i)
+        v = self.value(i)
+        return v if v is not None else self.require_value(i)  # require_value: the error
 
     def input_shape(self, i: int) -> Shape:
         """Fully known dimensions of input `i`; raises ValueUnknown at build time if not yet known."""
