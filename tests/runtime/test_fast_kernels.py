@@ -1,14 +1,19 @@
 """mlts-fast's compiled 8-bit kernels against the reference's own arithmetic, value for value.
 
 Whole operations are checked against nnapi-reference in test_fast_driver.py; here, the pieces whose
-inputs a few operations cannot cover: every row sum the quantized SOFTMAX may have to invert.
+inputs a few operations cannot cover: every row sum the quantized SOFTMAX may have to invert, and
+every accumulator the output requantization may meet (both its float64 and its int64 form).
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from mlts.runtime.drivers.fast.kernels_quant import reciprocal_of_sum
+import pytest
+
+from mlts.runtime.drivers.fast.kernels_quant import reciprocal_of_sum, requantize_rows
+from mlts.runtime.drivers.fast.steps_conv import Requantizer
+from mlts.runtime.ops.quant import multiply_by_quantized_multiplier, quantize_multiplier
 from mlts.runtime.ops.softmax import reciprocals_of_sums
 
 
@@ -33,3 +38,58 @@ def test_softmax_reciprocal_of_every_kind_of_row_sum_matches_the_reference():
     expected_scales, expected_shifts = reciprocals_of_sums(sums)
     np.testing.assert_array_equal(scales, expected_scales)
     np.testing.assert_array_equal(shifts, expected_shifts)
+
+
+def _requantization_case(seed: int, real_range: tuple[float, float], channels: int):
+    """Per-channel multipliers from random real multipliers, a zero point, an activation range and
+    int32 biases; sums v (before the bias) within the kernels' precondition |v + bias| << left < 2**31,
+    dense around zero (every rounding tie of the small shifts), and sums at and around every
+    threshold where the output steps (the exact ties of both roundings) or meets the clamp."""
+    g = np.random.default_rng(seed)
+    reals = np.exp(g.uniform(np.log(real_range[0]), np.log(real_range[1]), channels))
+    pairs = [quantize_multiplier(float(r)) for r in reals]
+    mult = np.array([m for m, _ in pairs], dtype=np.int64)
+    shift = np.array([s for _, s in pairs], dtype=np.int64)
+    zero_point = int(g.integers(-20, 40))
+    lo, hi = int(g.integers(-128, 1)), int(g.integers(100, 256))
+    bias = g.integers(-2**12, 2**12, channels)
+    limit = (2**31 - 1) >> int(np.maximum(shift, 0).max())
+    bound = min(limit - int(np.abs(bias).max()), 2**24 - 1)  # exact in a float32 accumulator too
+    dense = np.arange(-(2**15), 2**15)
+    # where the output steps: v * m * 2**left around odd multiples of 2**(30 + right)
+    right = np.maximum(-shift, 0)
+    steps = np.arange(-300, 300)[:, None] * 2 + 1
+    ties = (steps << (30 + right)) // (mult << np.maximum(shift, 0))[None, :] - bias[None, :]
+    ties = (ties[:, :, None] + np.arange(-2, 3)).reshape(-1, channels)
+    random = g.integers(-bound, bound + 1, (20_000, channels))
+    sums = np.concatenate([np.repeat(dense[:, None], channels, axis=1), ties, random,
+                           np.full((2, channels), [[-bound], [bound]])])
+    sums = np.clip(sums, -bound, bound)
+    return (mult, shift), zero_point, lo, hi, bias, sums
+
+
+@pytest.mark.parametrize("seed,real_range,exact", [(1, (1e-4, 0.9), True), (2, (2e-3, 0.02), True),
+                                                   (3, (0.3, 30.0), True), (4, (1e-9, 1e-7), False)])
+@pytest.mark.parametrize("acc_dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("out_dtype,centred", [(np.uint8, False), (np.int8, False), (np.float32, True)])
+def test_requantization_matches_the_reference_on_every_kind_of_sum(seed, real_range, exact, acc_dtype, out_dtype,
+                                                                   centred):
+    """Both forms of the output requantization against the reference's own multiply_by_quantized_multiplier,
+    zero point and clamp, bit for bit. Multipliers below and above 1 (left shifts) take the float64
+    form; tiny ones (shifts beyond its proof) the int64 form, which must agree all the same."""
+    channels = 24
+    multipliers, zero_point, lo, hi, bias, sums = _requantization_case(seed, real_range, channels)
+    if out_dtype is np.uint8:
+        lo, hi, zero_point = max(lo, 0), hi, abs(zero_point)
+    else:
+        hi = min(hi, 127)
+    requantizer = Requantizer(multipliers, channels, zero_point, lo, hi, bias)
+    assert requantizer.exact == exact
+    expected = multiply_by_quantized_multiplier(sums + bias, *multipliers) + zero_point
+    expected = np.clip(expected, lo, hi)
+    out_sub = zero_point if centred else 0
+    out = np.empty(sums.shape, dtype=out_dtype)
+    bias_t = np.tile(bias, -(-128 // channels))
+    requantize_rows(sums.astype(acc_dtype), bias_t, requantizer.rq, requantizer.fq, requantizer.exact, zero_point,
+                    lo, hi, out, out_sub)
+    np.testing.assert_array_equal(out.astype(np.int64) + out_sub, expected)

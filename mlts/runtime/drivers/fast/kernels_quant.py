@@ -2,7 +2,8 @@
 
 Every kernel produces the integers of the reference kernels (`mlts.runtime.ops`): int32 sums of
 centred values, the fixed-point output rescale (a doubling high multiply and a rounding right
-shift), the output zero point and the activation clamp. Outputs are written as `value - out_sub`
+shift: in float64 lanes where `steps_conv.Requantizer` proved that exact, else in int64 lanes),
+the output zero point and the activation clamp. Outputs are written as `value - out_sub`
 into an array of any dtype: uint8/int8 storage with out_sub 0, or (out_sub = zero point) the
 centred values in float32/float64, ready to be the input matrix of the next BLAS GEMM.
 Per-channel parameters (bias, requantizer) come tiled and rows are walked flat, as in
@@ -69,30 +70,54 @@ def multiply_by_quantized_multiplier(x, mult, left, right):
     return rounding_divide_by_pot(doubling_high_mul(x, mult), right)
 
 
+@njit(inline="always", **JIT)
+def requantize_exact(a, q, fq, span, base):
+    """The requantization of one exact sum `a` (float32/float64) for tiled channel q in float64 lanes,
+    bit for bit what `rescale` + zero point + clamp gives, where `steps_conv.Requantizer` proved it:
+    fq = (bias, scale, tau, k_positive, k_negative), see there. t = (a + bias) * scale is the doubling
+    high multiply's product scaled by 2**-(31 + right) (exact: below 2**52 when it matters), the
+    rounding offsets (ties up, then ties away from zero: one less below tau) and zero point minus lo
+    added, floor by truncation of the clamped non-negative value, then `base` = lo - out_sub."""
+    bias, scale, tau, kpos, kneg = fq
+    t = (a + bias[q]) * scale[q]
+    kp = kpos[q]
+    kn = kneg[q]
+    x = t + (kn if t < tau[q] else kp)
+    return np.int32(np.int32(min(max(x, 0.0), span)) + base)
+
+
 @njit(**JIT)
-def requantize_rows(acc, bias, rq, zero_point, lo, hi, out, out_sub):
-    """[M, O] exact integer sums (held in float32/float64) + int64 bias -> out [M, O] (see the module
-    doc); bias and rq tiled, acc and out C-contiguous."""
+def requantize_rows(acc, bias, rq, fq, exact, zero_point, lo, hi, out, out_sub):
+    """[M, O] exact integer sums (held in float32/float64) + bias -> out [M, O] (see the module doc);
+    acc and out C-contiguous, bias (int64) and rq, fq tiled. `exact`: the float64 form (fq) was proved
+    bit-exact at preparation; else the int64 form (rq)."""
     src = acc.reshape(-1)
     dst = out.reshape(-1)
     tile = bias.shape[0]
     n = src.shape[0]
+    span = np.float64(hi - lo)
+    base = np.int32(lo - out_sub)
     for start in range(0, n, tile):
         m = min(tile, n - start)
         a, o = src[start:start + m], dst[start:start + m]
-        for q in range(m):
-            v = rescale(np.int64(np.int32(a[q])) + bias[q], q, rq) + zero_point
-            o[q] = np.int32(min(max(v, lo), hi) - out_sub)
+        if exact:
+            for q in range(m):
+                o[q] = requantize_exact(np.float64(a[q]), q, fq, span, base)
+        else:
+            for q in range(m):
+                v = rescale(np.int64(np.int32(a[q])) + bias[q], q, rq) + zero_point
+                o[q] = np.int32(min(max(v, lo), hi) - out_sub)
 
 
 @njit(**JIT)
-def requantize_rows_padded(acc, bias, rq, zero_point, lo, hi, out, out_sub, pad_top, pad_left, h, w, g0, g1):
+def requantize_rows_padded(acc, bias, rq, fq, exact, zero_point, lo, hi, out, out_sub, pad_top, pad_left, h, w,
+                           g0, g1):
     """`requantize_rows` of image rows [g0, g1) into the h x w interior of out [N, Hp, Wp, O], the border
     holding the zero point (centred: 0); see `kernels_float.bias_activation_padded`."""
     fill = np.int32(zero_point - out_sub)
     for g in range(g0, g1):
         first = (g - g0) * w
-        requantize_rows(acc[first:first + w], bias, rq, zero_point, lo, hi,
+        requantize_rows(acc[first:first + w], bias, rq, fq, exact, zero_point, lo, hi,
                         bordered_row(out, g, h, pad_top, pad_left, w, fill), out_sub)
 
 
@@ -120,7 +145,7 @@ def _depthwise_pixel(x, x_zp, w, bias, rq, zero_point, lo, hi, out, out_sub, acc
 
 
 @njit(**JIT)
-def depthwise(x, x_zp, w, wt, zero_tile, bias, rq, zero_point, lo, hi, out, out_sub, acc, sums,
+def depthwise(x, x_zp, w, wt, zero_tile, bias, rq, fq, exact, zero_point, lo, hi, out, out_sub, acc, sums,
               stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, depth_mult):
     """Quantized depthwise convolution, NHWC. x: stored values (x_zp their zero point) or values
     already centred in float32 (x_zp 0); w [KH,KW,OC] centred filter (float32, integer-valued), wt
@@ -165,7 +190,7 @@ def depthwise(x, x_zp, w, wt, zero_tile, bias, rq, zero_point, lo, hi, out, out_
                         s += (np.float32(r2[c1, k]) - zp) * w[2, 1, k]
                         s += (np.float32(r2[c2, k]) - zp) * w[2, 2, k]
                         sums[ow, k] = s
-            requantize_rows(sums[ow0:ow1], bias, rq, zero_point, lo, hi, out[n, oh, ow0:ow1], out_sub)
+            requantize_rows(sums[ow0:ow1], bias, rq, fq, exact, zero_point, lo, hi, out[n, oh, ow0:ow1], out_sub)
 
 
 @njit(**JIT)

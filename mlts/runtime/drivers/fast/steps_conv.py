@@ -26,6 +26,22 @@ PER_CHANNEL = cc.PER_CHANNEL
 IM2COL_CHUNK_BYTES = 4 * 1024 * 1024
 BLOCK_BYTES = 512 * 1024
 EXACT_FLOAT32 = 2.0**24
+_blas_warmed = False
+
+
+def warm_blas() -> None:
+    """Run one double-precision GEMM (16x512x512, about half a millisecond), once per process.
+
+    OpenBLAS (0.3.31, scipy-openblas64's Haswell kernels; seen on a Zen 1 EPYC) runs many sgemm
+    shapes at a third of their speed until some larger GEMM has run in the process: K=256 with
+    N=256 takes 189 us at M=16 and 10.6 ms at M=784 before, 69 us and 2.8 ms after (splitting K
+    instead gets only halfway). A large network's own GEMMs do it on its first run; a small one's
+    never do. This warm-up is the one call that, measured, lifts every zoo shape to full speed.
+    """
+    global _blas_warmed
+    if not _blas_warmed:
+        np.matmul(np.ones((16, 512)), np.ones((512, 512)))
+        _blas_warmed = True
 
 
 def float_bounds(fuse: int) -> tuple[np.float32, np.float32]:
@@ -41,17 +57,42 @@ def centred_filter(ctx: OperationContext) -> np.ndarray:
 
 
 class Requantizer:
-    """Per-output-channel parameters of `kernels_quant.rescale`, from the reference's own multipliers,
-    tiled (`step.channel_tile`)."""
+    """Per-output-channel requantization parameters, from the reference's own multipliers, tiled
+    (`step.channel_tile`): `rq` for `kernels_quant.rescale` (int64 lanes), and where proved exact,
+    `fq` for `kernels_quant.requantize_exact` (float64 lanes, about twice as fast: AVX2 has no 64-bit
+    integer multiply, but multiplies doubles natively).
 
-    def __init__(self, ctx: OperationContext, channels: int) -> None:
-        mult, shift = cc.output_multipliers(ctx)
+    Both need `applicable` (v << left fits int32). The float64 form: with D = 2**(31 + right) and
+    P = (v << left) * multiplier for the sum plus bias v (|P| < 2**62), the output is
+    floor((P + 2**30 + c * 2**31) / D) + zero point, c = half - (P < -2**30 and right > 0) (the
+    doubling high multiply's ties up, then RoundingDivideByPOT's ties away from zero, as one
+    division), clamped to [lo, hi]. In float64, t = v * (multiplier * 2**left / D) is P / D exactly
+    while |P| < 2**52, and adding the offset (zero point - lo folded in) stays exact while that offset
+    is below 2**52 / D too. Beyond, t is only rounded, but then |t| >= 2**52 / D, which the proof
+    requires to lie beyond the clamp on either side: the rounded value clamps where the exact one does.
+    """
+
+    def __init__(self, multipliers: tuple[np.ndarray, np.ndarray], channels: int, zero_point: int, lo: int, hi: int,
+                 bias: np.ndarray) -> None:
+        """multipliers: the reference's (multiplier, shift), one pair or one per channel
+        (`_conv_common.output_multipliers`)."""
+        mult, shift = multipliers
         mult = np.broadcast_to(mult, (channels,)).astype(np.int64)
         shift = np.broadcast_to(shift, (channels,)).astype(np.int64)
         left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
-        rq = (mult.astype(np.int32), left, ((np.int64(1) << right) >> 1).astype(np.uint64),
+        half = (np.int64(1) << right) >> 1
+        rq = (mult.astype(np.int32), left, half.astype(np.uint64),
               (right > 0).astype(np.uint64), right.astype(np.uint64), np.int64(1) << (40 - right))
         self.rq = tuple(channel_tile(a) for a in rq)
+        denominator = np.ldexp(1.0, 31 + right)
+        k_positive = (2.0**30 + half * 2.0**31) / denominator + (zero_point - lo)
+        k_negative = k_positive - (right > 0) * 2.0**31 / denominator
+        reach = 2.0**52 / denominator  # |t| from where t may be rounded
+        self.exact = bool(np.all(reach + k_positive >= hi - lo + 1) and np.all(np.abs(k_positive) < reach)
+                          and np.all(np.abs(k_negative) < reach))
+        fq = (np.broadcast_to(np.asarray(bias, dtype=np.float64), (channels,)),
+              np.ldexp(mult.astype(np.float64), left) / denominator, -(2.0**30) / denominator, k_positive, k_negative)
+        self.fq = tuple(channel_tile(a) if self.exact else np.zeros(1) for a in fq)
 
     @staticmethod
     def applicable(ctx: OperationContext, depthwise: bool) -> bool:
@@ -134,7 +175,6 @@ class Conv(Step):
         self.wmat = np.ascontiguousarray(wmat, dtype=self.dtype)
         self.bias = np.ascontiguousarray(ctx.input(2), dtype=np.int64)
         self.bias_t = channel_tile(self.bias)
-        self.rq = Requantizer(ctx, units).rq
         # Outside the vectorized rescale's preconditions (a real multiplier > 1 shifting large sums
         # left, or huge biases), the reference's own numpy rescale runs instead: exact, just slower.
         self.general = None if Requantizer.applicable(ctx, depthwise=False) else cc.output_multipliers(ctx)
@@ -143,6 +183,9 @@ class Conv(Step):
         out_t = ctx.output_type(0)
         self.zero_point = int(out_t.zero_point)
         self.lo, self.hi = quantized_activation_range(self.fuse, out_t)
+        requantizer = Requantizer(cc.output_multipliers(ctx), units, self.zero_point, self.lo, self.hi, self.bias)
+        self.rq, self.fq = requantizer.rq, requantizer.fq
+        self.exact = requantizer.exact and self.general is None
         self.value_range = (self.lo, self.hi)
         blas = "sgemm" if self.dtype == F32 else "dgemm"
         self.label = f"{self.mode} {blas} {self.m}x{k}x{units} exact"
@@ -207,6 +250,7 @@ class Conv(Step):
         if self.channel_major:
             self.wmat = np.ascontiguousarray(np.transpose(self.filter, (3, 1, 2, 0)).reshape(self.k, self.units),
                                              dtype=self.dtype)
+        warm_blas()
 
     def bind(self, array: ArrayOf, scratch: list[np.ndarray]) -> Bound:
         scratch = list(scratch)
@@ -313,15 +357,16 @@ class Conv(Step):
             _, h, w, _ = array(self.out).shape
             if not self.quantized:
                 return bound_call(kf.bias_activation_padded, result, bias, lo, hi, out, top, left, h, w, g0, g1)
-            return bound_call(kq.requantize_rows_padded, result, bias, self.rq, self.zero_point, lo, hi, out,
-                              self.out_sub, top, left, h, w, g0, g1)
+            return bound_call(kq.requantize_rows_padded, result, bias, self.rq, self.fq, self.exact, self.zero_point,
+                              lo, hi, out, self.out_sub, top, left, h, w, g0, g1)
         if not self.quantized:
             return bound_call(kf.bias_activation, result, bias, lo, hi)
         out2 = array(self.out).reshape(self.m, self.units)[first:first + count]
         if self.general is not None:
             return partial(_requantize_general, result, self.bias, *self.general, self.zero_point, lo, hi, out2,
                            self.out_sub)
-        return bound_call(kq.requantize_rows, result, bias, self.rq, self.zero_point, lo, hi, out2, self.out_sub)
+        return bound_call(kq.requantize_rows, result, bias, self.rq, self.fq, self.exact, self.zero_point, lo, hi,
+                          out2, self.out_sub)
 
 
 def _requantize_general(acc: np.ndarray, bias: np.ndarray, mult: np.ndarray, shift: np.ndarray, zero_point: int,

@@ -51,10 +51,11 @@ class Depthwise(Step):
         self.bias = channel_tile(np.asarray(ctx.input(2), dtype=np.int64))
         self.wt = channel_tile(self.w)
         self.zero_tile = np.zeros(self.wt.shape[2], dtype=np.float32)
-        self.rq = Requantizer(ctx, oc).rq
         out_t = ctx.output_type(0)
         self.zero_point = int(out_t.zero_point)
         self.lo, self.hi = quantized_activation_range(p.fuse, out_t)
+        requantizer = Requantizer(cc.output_multipliers(ctx), oc, self.zero_point, self.lo, self.hi, ctx.input(2))
+        self.rq, self.fq, self.exact = requantizer.rq, requantizer.fq, requantizer.exact
         self.value_range = (self.lo, self.hi)
         self.label = f"{kh}x{kw}/{p.stride_h} int32"
 
@@ -94,8 +95,8 @@ class Depthwise(Step):
             return bound_call(depthwise, x, w, self.wt, bias, out, acc, sh, sw, pt, pl, dh, dw, mult, lo, hi)
         from .kernels_quant import depthwise as qdepthwise
 
-        return bound_call(qdepthwise, x, self.x_sub, w, self.wt, self.zero_tile, bias, self.rq, self.zero_point,
-                          lo, hi, out, self.out_sub, acc, scratch[1], sh, sw, pt, pl, dh, dw, mult)
+        return bound_call(qdepthwise, x, self.x_sub, w, self.wt, self.zero_tile, bias, self.rq, self.fq, self.exact,
+                          self.zero_point, lo, hi, out, self.out_sub, acc, scratch[1], sh, sw, pt, pl, dh, dw, mult)
 
 
 def _supports(ctx: OperationContext) -> str | None:
