@@ -177,6 +177,11 @@ DEPTHWISE_CASES = [
     # rows longer than one tile of per-channel parameters, channel counts not dividing it
     ("3x3-long-rows", (1, 5, 61, 3), 1, (3, 3), SAME, (1, 1), None, FuseCode.RELU6),
     ("3x3-long-rows-dilation", (1, 7, 23, 24), 1, (3, 3), SAME, (1, 1), (1, 2), FuseCode.NONE),
+    # stride 2 along rows split into even and odd columns: long rows, rows dilated by 3 (the split
+    # rows' slots), a column stride unlike the row stride with explicit asymmetric padding
+    ("3x3-stride2-long-rows", (1, 7, 199, 3), 1, (3, 3), SAME, (2, 2), None, FuseCode.RELU6),
+    ("3x3-stride2-row-dilation", (1, 13, 11, 24), 1, (3, 3), VALID, (2, 2), (1, 3), FuseCode.NONE),
+    ("3x3-stride-w2-h1", (2, 6, 10, 16), 1, (3, 3), (1, 0, 1, 1), (2, 1), None, FuseCode.RELU),
 ]
 
 
@@ -237,6 +242,22 @@ def test_add(kind, fuse):
     a_t, b_t = act_type(kind, shape, 0.05), act_type(kind, shape, 0.031, zp=90 if kind == "uint8" else 11)
     ins = [(a_t, act_data(kind, shape, 7)), (b_t, act_data(kind, shape, 8)), (INT, int(fuse))]
     check(OperationCode.ADD, ins, [out_type(kind, shape)])
+
+
+@pytest.mark.parametrize("kind", ["uint8", "int8"])
+@pytest.mark.parametrize("constant", [False, True])
+def test_quantized_add_of_every_pair_of_stored_values(kind, constant):
+    """Every (a, b) pair of 8-bit stored values once (the step reads a table of all pairs), inputs of
+    unlike scales and zero points, the second one constant or not: bit-exact with the reference."""
+    shape = (1, 256, 256, 1)
+    lo = 0 if kind == "uint8" else -128
+    a = np.repeat(np.arange(256) + lo, 256).reshape(shape).astype(np.uint8 if kind == "uint8" else np.int8)
+    b = np.tile(np.arange(256) + lo, 256).reshape(shape).astype(a.dtype)
+    a_t = act_type(kind, shape, 0.05, zp=3 if kind == "uint8" else -7)
+    b_t = act_type(kind, shape, 0.031, zp=200 if kind == "uint8" else 60)
+    out_t = OperandType(a_t.code, shape, scale=0.07, zero_point=120 if kind == "uint8" else -5)
+    ins = [(a_t, a), (b_t, Const(b) if constant else b), (INT, int(FuseCode.NONE))]
+    check(OperationCode.ADD, ins, [out_t])
 
 
 def test_add_with_a_constant_operand():

@@ -204,6 +204,15 @@ def add(a, b, lut_a, lut_b, offset, mult, left, right, zero_point, lo, hi, out, 
 
 
 @njit(**JIT)
+def add_table(a, b, table, offset_a, offset_b, out):
+    """Quantized ADD/SUB on flat arrays through a table of every pair of 8-bit stored values:
+    out = table[(a + offset_a) * 256 + b + offset_b] (filled by `add` itself, so the same integers),
+    a gather from at most 256 x 256 entries instead of the fixed-point rescales of each element."""
+    for i in range(out.shape[0]):
+        out[i] = table[(np.int64(a[i]) + offset_a) * 256 + np.int64(b[i]) + offset_b]
+
+
+@njit(**JIT)
 def pool(x, out, acc, filter_h, filter_w, stride_h, stride_w, pad_top, pad_left, is_max, signed, lo, hi):
     """Quantized average (TFLite's integer rounding: halves up for uint8, away from zero for int8) or
     max pooling over the real elements of each window, NHWC; `acc` an int64 scratch row of C."""

@@ -236,7 +236,8 @@ class Conv(Step):
         if self.quantized or self.out_padding is not None:
             need.append(((pixels, self.units), self.dtype))  # the GEMM result (quantized: exact sums)
         if self.mode == "im2col" and self._padded_shape() is not None:
-            need.append((self._padded_shape(), np.dtype(self.values_dtype), True))  # borders written once: kept
+            # borders written once: kept; quantized, it holds the centred input in the GEMM's type
+            need.append((self._padded_shape(), self.dtype if self.quantized else np.dtype(self.values_dtype), True))
         return need
 
     def configure(self, values: dict[int, Value]) -> None:
@@ -263,7 +264,7 @@ class Conv(Step):
         steps = []
         for first, count, g0, g1 in self._blocks():
             result = out2[first:first + count] if acc is None else acc[:count]
-            steps.append(self._gemm(x, source, cols, result, first, count, g0, g1))
+            steps.append(self._gemm(x, source, cols, result, first, count, g0, g1, padded_input is not None))
             steps.append(self._epilogue(array, result, first, count, g0, g1))
         if prologue is not None:
             steps.insert(0, prologue)
@@ -282,22 +283,27 @@ class Conv(Step):
 
     def _prologue(self, x: np.ndarray, padded: np.ndarray | None) -> tuple[Bound | None, np.ndarray]:
         """The im2col source (NHWC, or NCHW memory for a channel-major input), and the copy of the
-        input into the interior of the bordered buffer when the layer pads."""
+        input into the interior of the bordered buffer when the layer pads. A quantized input is
+        centred by that copy (contiguous rows, one conversion per input value), so that the patch
+        gathers copy floats: a strided subtraction from 8-bit values costs twice as much."""
         source = x.transpose(0, 3, 1, 2) if self.channel_major else x
         if padded is None:
             return None, source
         n, h, wd, c, oh, ow, kh, kw = self.geometry
         p = self.params
-        padded[...] = 0 if not self.quantized or self.input_centred else self.x_zp  # the borders, once
+        padded[...] = 0  # the borders (centred), once
         if self.channel_major:
             interior = padded[:, :, p.pad_top:p.pad_top + h, p.pad_left:p.pad_left + wd]
         else:
             interior = padded[:, p.pad_top:p.pad_top + h, p.pad_left:p.pad_left + wd, :]
+        if self.quantized and not self.input_centred:
+            return partial(np.subtract, source, self.dtype.type(self.x_zp), out=interior), padded
         return partial(np.copyto, interior, source), padded
 
     def _gemm(self, x: np.ndarray, source: np.ndarray, cols: np.ndarray | None, result: np.ndarray,
-              first: int, count: int, g0: int, g1: int) -> Bound:
-        """The GEMM of one block of output pixels into `result` (after its patch matrix or centring)."""
+              first: int, count: int, g0: int, g1: int, centred_source: bool) -> Bound:
+        """The GEMM of one block of output pixels into `result` (after its patch matrix or centring);
+        `centred_source`: the im2col source is the centred bordered copy."""
         matmul = np.matmul
         if self.mode == "matrix":
             rows = x.reshape(self.m, self.k)[first:first + count]
@@ -333,7 +339,7 @@ class Conv(Step):
                              writeable=False)
             patch = cols[:count].reshape(r, ow, kh, kw, c)
             matrix = cols[:count]
-        if not self.quantized or self.input_centred:
+        if not self.quantized or self.input_centred or centred_source:
             gather = partial(np.copyto, patch, src)
         else:
             gather = partial(np.subtract, src, self.dtype.type(self.x_zp), out=patch)
