@@ -93,3 +93,35 @@ def test_requantization_matches_the_reference_on_every_kind_of_sum(seed, real_ra
     requantize_rows(sums.astype(acc_dtype), bias_t, requantizer.rq, requantizer.fq, requantizer.exact, zero_point,
                     lo, hi, out, out_sub)
     np.testing.assert_array_equal(out.astype(np.int64) + out_sub, expected)
+
+
+def test_the_kernel_cache_is_keyed_by_every_kernel_module(tmp_path):
+    """numba does not invalidate a cached kernel when a function it inlines from another file changes;
+    the cache directory is named after all kernel sources, so a change to any of them gets a new one."""
+    import shutil
+    from pathlib import Path
+
+    from mlts.runtime.drivers.fast import jit
+
+    package = Path(jit.__file__).parent
+    for name in jit.KERNEL_MODULES:
+        shutil.copy(package / name, tmp_path / name)
+    first = jit.cache_dir_for(tmp_path)
+    assert jit.cache_dir_for(tmp_path) == first  # stable while nothing changes
+    assert jit.cache_dir_for(package) == jit.CACHE_DIR
+    seen = {first}
+    for name in jit.KERNEL_MODULES:
+        with open(tmp_path / name, "a") as f:
+            f.write("\n# changed\n")
+        seen.add(jit.cache_dir_for(tmp_path))
+    assert len(seen) == 1 + len(jit.KERNEL_MODULES)
+
+
+def test_compiled_kernels_are_cached_in_the_keyed_directory():
+    from pathlib import Path
+
+    from mlts.runtime.drivers.fast import jit, kernels_quant
+
+    kernels_quant.reciprocal_of_sum(np.int32(1 << 20))  # compiled (or loaded) now, if not before
+    cached = {p.name for p in Path(jit.CACHE_DIR).rglob("*.nbi")}
+    assert any(name.startswith("kernels_quant.reciprocal_of_sum") for name in cached), sorted(cached)[:5]

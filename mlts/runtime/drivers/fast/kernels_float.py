@@ -14,12 +14,11 @@ count and at least TILE), and the kernels walk NHWC rows flat, a tile at a time.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-JIT = dict(cache=True, nogil=True, boundscheck=False)
+from .jit import kernel
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always")
 def depthwise_taps(x, sub, w, acc, n, oh, ow, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, mult):
     """acc[k] += (x - sub) * w over the taps of output pixel (n, oh, ow) inside x [N,H,W,C] (taps in
     the padding are skipped), for any filter w [KH,KW,OC] and depth multiplier. The arithmetic is in
@@ -37,7 +36,7 @@ def depthwise_taps(x, sub, w, acc, n, oh, ow, stride_h, stride_w, pad_top, pad_l
                 acc[k] += (x[n, ih, iw, k // mult] - sub) * w[i, j, k]
 
 
-@njit(**JIT)
+@kernel
 def _depthwise_pixel(x, w, b, out, acc, n, oh, ow, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, mult,
                      lo, hi):
     """One output pixel, any filter size and depth multiplier."""
@@ -49,7 +48,7 @@ def _depthwise_pixel(x, w, b, out, acc, n, oh, ow, stride_h, stride_w, pad_top, 
         out[n, oh, ow, k] = min(max(acc[k], lo), hi)
 
 
-@njit(**JIT)
+@kernel
 def interior(out_n, stride, pad, span, size):
     """[first, last) output positions whose whole (dilated) filter span lies inside the input."""
     first = 0
@@ -61,7 +60,7 @@ def interior(out_n, stride, pad, span, size):
     return first, last
 
 
-@njit(**JIT)
+@kernel
 def unrolled_region(x, w, out, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, mult):
     """(first row, end row, first column, end column) of the output pixels of a depthwise convolution
     whose every tap lies inside x: the kernels' unrolled path. Empty unless the filter is 3x3 with
@@ -73,7 +72,7 @@ def unrolled_region(x, w, out, stride_h, stride_w, pad_top, pad_left, dil_h, dil
     return oh0, oh1, ow0, ow1
 
 
-@njit(**JIT)
+@kernel
 def depthwise(x, w, wt, b, out, acc, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, mult, lo, hi):
     """x [N,H,W,C], w [KH,KW,C*mult], b [C*mult] -> out [N,OH,OW,C*mult] = clamp(conv + b, lo, hi).
 
@@ -119,7 +118,7 @@ def depthwise(x, w, wt, b, out, acc, stride_h, stride_w, pad_top, pad_left, dil_
                     o[ow, k] = min(max(s, lo), hi)
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always")
 def depthwise_row_3x3(r0, r1, r2, wt, b, sub, first, last, pad_left, dil_w, lo, hi, o):
     """Output columns [first, last) of one row of a stride-1 3x3 depthwise convolution, walked flat
     (pixel x channel), a tile at a time: o = clamp(b + sum of (r - sub) * w over the nine taps, lo,
@@ -154,7 +153,7 @@ def depthwise_row_3x3(r0, r1, r2, wt, b, sub, first, last, pad_left, dil_w, lo, 
             dst[q] = min(max(s, lo), hi)
 
 
-@njit(**JIT)
+@kernel
 def _bias_activation_into(y, b, lo, hi, out):
     """out [M, O] = clamp(y + b, lo, hi), out distinct from y; b tiled (see the module doc)."""
     src = y.reshape(-1)
@@ -168,7 +167,7 @@ def _bias_activation_into(y, b, lo, hi, out):
             o[q] = min(max(a[q] + b[q], lo), hi)
 
 
-@njit(**JIT)
+@kernel
 def bias_activation(y, b, lo, hi):
     """In place on a [M, O] GEMM result: y = clamp(y + b, lo, hi); b tiled. (A separate loop: written
     as `_bias_activation_into(y, ..., y)`, the possible aliasing keeps LLVM from vectorizing.)"""
@@ -181,7 +180,7 @@ def bias_activation(y, b, lo, hi):
             a[q] = min(max(a[q] + b[q], lo), hi)
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always")
 def bordered_row(out, g, h, pad_top, pad_left, w, fill):
     """Image row g (counted over batch x height) of out [N, Hp, Wp, C], a buffer whose h x w interior
     starts at (pad_top, pad_left): writes `fill` into the row's border pixels (and, at an image's
@@ -201,7 +200,7 @@ def bordered_row(out, g, h, pad_top, pad_left, w, fill):
     return row[pad_left:pad_left + w]
 
 
-@njit(**JIT)
+@kernel
 def bias_activation_padded(y, b, lo, hi, out, pad_top, pad_left, h, w, g0, g1):
     """GEMM result rows of image rows [g0, g1) (counted over batch x height) -> clamp(y + b, lo, hi)
     in the h x w interior of out [N, Hp, Wp, O] at (pad_top, pad_left), zeros around it (an image's
@@ -212,14 +211,14 @@ def bias_activation_padded(y, b, lo, hi, out, pad_top, pad_left, h, w, g0, g1):
         _bias_activation_into(y[first:first + w], b, lo, hi, bordered_row(out, g, h, pad_top, pad_left, w, 0))
 
 
-@njit(**JIT)
+@kernel
 def add(a, b, out, lo, hi):
     """Element-wise out = clamp(a + b, lo, hi) on flat arrays of one size."""
     for i in range(out.shape[0]):
         out[i] = min(max(a[i] + b[i], lo), hi)
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always")
 def pool_window(x, n, oh, ow, filter_h, filter_w, stride_h, stride_w, pad_top, pad_left, is_max, lowest, acc):
     """The maximum (from `lowest`) or the sum over the real elements of output pixel (n, oh, ow)'s
     window of x [N,H,W,C], per channel into `acc`; returns how many elements the window holds."""
@@ -241,7 +240,7 @@ def pool_window(x, n, oh, ow, filter_h, filter_w, stride_h, stride_w, pad_top, p
     return (h1 - h0) * (w1 - w0)
 
 
-@njit(**JIT)
+@kernel
 def pool(x, out, acc, filter_h, filter_w, stride_h, stride_w, pad_top, pad_left, is_max, lo, hi):
     """Average (over the real elements of each window) or max pooling, NHWC; `acc` a float32 row of C."""
     n_batch, oh_n, ow_n, c = out.shape
@@ -255,7 +254,7 @@ def pool(x, out, acc, filter_h, filter_w, stride_h, stride_w, pad_top, pad_left,
                     out[n, oh, ow, k] = min(max(v, lo), hi)
 
 
-@njit(**JIT)
+@kernel
 def softmax(x, beta, out):
     """Softmax along the last axis of x [R, C], computed in float64 and rounded once to float32 (as
     the reference does): exp(beta * (x - max)) / sum."""

@@ -12,9 +12,9 @@ kernels_float (see its module doc).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from .kernels_float import JIT, bordered_row, depthwise_row_3x3, depthwise_taps, pool_window, unrolled_region
+from .jit import kernel
+from .kernels_float import bordered_row, depthwise_row_3x3, depthwise_taps, pool_window, unrolled_region
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
@@ -25,7 +25,7 @@ _PRODUCT_OFFSET = (1 << 62) + (1 << 30)
 _ROUNDING_OFFSET = np.uint64((1 << 40) - (1 << 31))
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always")
 def rescale(v, k, rq):
     """The conv output rescale of one value (`_conv_common.rescale_in_place`) for channel k.
 
@@ -44,7 +44,7 @@ def rescale(v, k, rq):
     return np.int64(t >> right[k]) - correction[k]
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always")
 def doubling_high_mul(a, b):
     """gemmlowp SaturatingRoundingDoublingHighMul on int32 values held in int64 (any signs)."""
     if a == INT32_MIN and b == INT32_MIN:
@@ -54,7 +54,7 @@ def doubling_high_mul(a, b):
     return (t >> 31) if t >= 0 else -((-t) >> 31)
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always")
 def rounding_divide_by_pot(x, exponent):
     """gemmlowp RoundingDivideByPOT: x / 2**exponent, ties away from zero."""
     mask = (1 << exponent) - 1
@@ -62,7 +62,7 @@ def rounding_divide_by_pot(x, exponent):
     return (x >> exponent) + (1 if (x & mask) > threshold else 0)
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always")
 def multiply_by_quantized_multiplier(x, mult, left, right):
     """`quant.multiply_by_quantized_multiplier` on one value: saturating left shift, doubling high
     multiply, rounding right shift."""
@@ -70,7 +70,7 @@ def multiply_by_quantized_multiplier(x, mult, left, right):
     return rounding_divide_by_pot(doubling_high_mul(x, mult), right)
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always")
 def requantize_exact(a, q, fq, span, base):
     """The requantization of one exact sum `a` (float32/float64) for tiled channel q in float64 lanes,
     bit for bit what `rescale` + zero point + clamp gives, where `steps_conv.Requantizer` proved it:
@@ -86,7 +86,7 @@ def requantize_exact(a, q, fq, span, base):
     return np.int32(np.int32(min(max(x, 0.0), span)) + base)
 
 
-@njit(**JIT)
+@kernel
 def requantize_rows(acc, bias, rq, fq, exact, zero_point, lo, hi, out, out_sub):
     """[M, O] exact integer sums (held in float32/float64) + bias -> out [M, O] (see the module doc);
     acc and out C-contiguous, bias (int64) and rq, fq tiled. `exact`: the float64 form (fq) was proved
@@ -109,7 +109,7 @@ def requantize_rows(acc, bias, rq, fq, exact, zero_point, lo, hi, out, out_sub):
                 o[q] = np.int32(min(max(v, lo), hi) - out_sub)
 
 
-@njit(**JIT)
+@kernel
 def requantize_rows_padded(acc, bias, rq, fq, exact, zero_point, lo, hi, out, out_sub, pad_top, pad_left, h, w,
                            g0, g1):
     """`requantize_rows` of image rows [g0, g1) into the h x w interior of out [N, Hp, Wp, O], the border
@@ -121,7 +121,7 @@ def requantize_rows_padded(acc, bias, rq, fq, exact, zero_point, lo, hi, out, ou
                         bordered_row(out, g, h, pad_top, pad_left, w, fill), out_sub)
 
 
-@njit(**JIT)
+@kernel
 def centre(x, out, sub):
     """[M, K] stored values -> out = x - sub (exact in out's float type): a GEMM's input matrix."""
     m, k = x.shape
@@ -130,7 +130,7 @@ def centre(x, out, sub):
             out[r, c] = x[r, c] - sub
 
 
-@njit(**JIT)
+@kernel
 def _depthwise_pixel(x, x_zp, w, bias, rq, zero_point, lo, hi, out, out_sub, acc, n, oh, ow,
                      stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, depth_mult):
     """One output pixel, any filter size and multiplier; float64 sums of integers are exact."""
@@ -144,7 +144,7 @@ def _depthwise_pixel(x, x_zp, w, bias, rq, zero_point, lo, hi, out, out_sub, acc
         out[n, oh, ow, k] = np.int32(min(max(v, lo), hi) - out_sub)
 
 
-@njit(**JIT)
+@kernel
 def depthwise(x, x_zp, w, wt, zero_tile, bias, rq, fq, exact, zero_point, lo, hi, out, out_sub, acc, sums,
               stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, depth_mult):
     """Quantized depthwise convolution, NHWC. x: stored values (x_zp their zero point) or values
@@ -193,7 +193,7 @@ def depthwise(x, x_zp, w, wt, zero_tile, bias, rq, fq, exact, zero_point, lo, hi
             requantize_rows(sums[ow0:ow1], bias, rq, fq, exact, zero_point, lo, hi, out[n, oh, ow0:ow1], out_sub)
 
 
-@njit(**JIT)
+@kernel
 def add(a, b, lut_a, lut_b, offset, mult, left, right, zero_point, lo, hi, out, out_sub):
     """Quantized ADD/SUB on flat arrays: the rescaled, left-shifted inputs come from 256-entry tables
     (indexed by stored value + offset), their sum is rescaled to the output (NNAPI's kernel)."""
@@ -203,7 +203,7 @@ def add(a, b, lut_a, lut_b, offset, mult, left, right, zero_point, lo, hi, out, 
         out[i] = np.int32(min(max(v, lo), hi) - out_sub)
 
 
-@njit(**JIT)
+@kernel
 def add_table(a, b, table, offset_a, offset_b, out):
     """Quantized ADD/SUB on flat arrays through a table of every pair of 8-bit stored values:
     out = table[(a + offset_a) * 256 + b + offset_b] (filled by `add` itself, so the same integers),
@@ -212,7 +212,7 @@ def add_table(a, b, table, offset_a, offset_b, out):
         out[i] = table[(np.int64(a[i]) + offset_a) * 256 + np.int64(b[i]) + offset_b]
 
 
-@njit(**JIT)
+@kernel
 def pool(x, out, acc, filter_h, filter_w, stride_h, stride_w, pad_top, pad_left, is_max, signed, lo, hi):
     """Quantized average (TFLite's integer rounding: halves up for uint8, away from zero for int8) or
     max pooling over the real elements of each window, NHWC; `acc` an int64 scratch row of C."""
@@ -233,13 +233,13 @@ def pool(x, out, acc, filter_h, filter_w, stride_h, stride_w, pad_top, pad_left,
                     out[n, oh, ow, k] = min(max(v, lo), hi)
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always")
 def wrap32(x):
     """C int32 wrap-around of an int64 value."""
     return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always")
 def saturating_shift_left(x, exponent):
     """gemmlowp SaturatingMultiplyByPOT for exponent > 0."""
     threshold = (1 << (31 - exponent)) - 1
@@ -250,7 +250,7 @@ def saturating_shift_left(x, exponent):
     return x << exponent
 
 
-@njit(inline="always", **JIT)
+@kernel(inline="always")
 def reciprocal_of_sum(total):
     """`ops.softmax.reciprocals_of_sums` of one row sum (int32 in Q12.19): (reciprocal in Q0, right
     shift). The sum is normalized into [1, 2), and 1 / (1 + fraction) is three Newton-Raphson steps
@@ -272,7 +272,7 @@ def reciprocal_of_sum(total):
     return saturating_shift_left(x, 1), 12 - headroom_plus_one + 31 - 8
 
 
-@njit(**JIT)
+@kernel
 def softmax(x, contributions, exps, used, offset, out_offset, out):
     """NNAPI's integer softmax of each row of x [R, C] (stored values). Per row: the maximum, the sum
     of the exp contributions (Q12.19, from a table indexed by value - max + offset) wrapped to int32,
