@@ -125,3 +125,22 @@ def test_compiled_kernels_are_cached_in_the_keyed_directory():
     kernels_quant.reciprocal_of_sum(np.int32(1 << 20))  # compiled (or loaded) now, if not before
     cached = {p.name for p in Path(jit.CACHE_DIR).rglob("*.nbi")}
     assert any(name.startswith("kernels_quant.reciprocal_of_sum") for name in cached), sorted(cached)[:5]
+
+
+def test_an_unwritable_package_caches_its_kernels_in_the_users_cache_directory(tmp_path, monkeypatch):
+    import shutil
+    from pathlib import Path
+
+    from mlts.runtime.drivers.fast import jit
+
+    package = tmp_path / "installed"
+    package.mkdir()
+    for name in jit.KERNEL_MODULES:
+        shutil.copy(Path(jit.__file__).parent / name, package / name)
+    writable = jit.cache_dir_for(package)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    monkeypatch.setattr(jit.os, "access", lambda path, mode: False)  # as for a non-root user's site-packages
+    unwritable = jit.cache_dir_for(package)
+    assert Path(writable).parent == package / "__pycache__"
+    assert Path(unwritable).parent == tmp_path / "user-cache" / "mlts"
+    assert Path(unwritable).name == Path(writable).name  # the same key

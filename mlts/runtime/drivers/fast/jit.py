@@ -13,6 +13,7 @@ numba fixes its cache path), so other numba users in the process keep their own 
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,11 +26,16 @@ OPTIONS = dict(cache=True, nogil=True, boundscheck=False)
 
 
 def cache_dir_for(package: Path) -> str:
-    """The cache directory for the kernel modules as they are in `package` (a directory)."""
+    """The cache directory for the kernel modules as they are in `package` (a directory): in its
+    __pycache__, or in the user's cache directory when the package is not writable (an installed copy)."""
     digest = hashlib.sha256()
     for name in KERNEL_MODULES:
         digest.update(name.encode() + b"\0" + (package / name).read_bytes())
-    return str(package / "__pycache__" / f"numba-{digest.hexdigest()[:16]}")
+    name = f"numba-{digest.hexdigest()[:16]}"
+    local = package / "__pycache__"
+    if os.access(local if local.exists() else package, os.W_OK):
+        return str(local / name)
+    return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mlts" / name)
 
 
 CACHE_DIR = cache_dir_for(Path(__file__).resolve().parent)
