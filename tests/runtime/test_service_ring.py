@@ -199,12 +199,18 @@ def test_a_service_killed_mid_run_and_a_burst_on_it():
         hanging.close()
 
 
+def _hanging_execution(name: str, *, call_timeout: float):
+    """A service whose driver sleeps 30 s in every run, and a reusable execution of the ADD on it."""
+    hanging = ServiceDriver("service_test_drivers:HangingDriver", (name,), {"sleep_s": 30.0},
+                            call_timeout=call_timeout, restart=False)
+    execution = prepare(hanging).create_reusable_execution(
+        user_request(values(1), values(2), np.zeros(SHAPE, np.float32)), False, LOOP_NS)
+    return hanging, execution
+
+
 def test_a_hung_service_misses_the_deadline_and_then_the_call_timeout_kills_it():
-    hanging = ServiceDriver("service_test_drivers:HangingDriver", ("svc-ring-hang",), {"sleep_s": 30.0},
-                            call_timeout=1.5, restart=False)
+    hanging, execution = _hanging_execution("svc-ring-hang", call_timeout=1.5)
     try:
-        execution = prepare(hanging).create_reusable_execution(
-            user_request(values(1), values(2), np.zeros(SHAPE, np.float32)), False, LOOP_NS)
         t0 = time.monotonic()
         result = execution.execute_synchronously(time.monotonic() + 0.2)
         assert time.monotonic() - t0 < 1.2
@@ -223,11 +229,8 @@ def test_a_hung_service_misses_the_deadline_and_then_the_call_timeout_kills_it()
 
 
 def test_the_call_timeout_kills_a_service_hung_on_a_ring_run():
-    hanging = ServiceDriver("service_test_drivers:HangingDriver", ("svc-ring-hang2",), {"sleep_s": 30.0},
-                            call_timeout=0.5, restart=False)
+    hanging, execution = _hanging_execution("svc-ring-hang2", call_timeout=0.5)
     try:
-        execution = prepare(hanging).create_reusable_execution(
-            user_request(values(1), values(2), np.zeros(SHAPE, np.float32)), False, LOOP_NS)
         t0 = time.monotonic()
         result = execution.execute_synchronously(None)
         assert result.status == ResultCode.DEAD_OBJECT

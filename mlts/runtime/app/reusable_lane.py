@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 from .. import qos
 from ..enums import ResultCode
 from ..errors import MltsError, bad_state
-from ..hal import (NO_TIMING_INFO, ExecutionResult, IExecution, IReusableBurst, IReusablePreparedModel, OutputShape,
-                   Timing, deadline_from_timeout, is_valid_timing)
-from ..drivers.base import DefaultExecution
+from ..hal import (NO_TIMING_INFO, ExecutionResult, IExecution, OutputShape, Timing, deadline_from_timeout,
+                   is_valid_timing)
+from ..drivers.base import reusable_execution
 from . import memory as memory_domains
 from .step_runner import StepRunner, checked_result
 
@@ -49,23 +49,13 @@ def lane_for(execution: Execution, burst: Burst | None = None) -> ReusableLane |
         if binding.memory is None or binding.memory.validator is not None or \
                 memory_domains.is_device_memory(binding.memory):
             return None  # memories from a MemoryDesc or driver buffers: checked per compute
-    if not sent.serves(step.prepared, tuple(sent.inputs), execution._outputs):
-        return None
     shapes = execution._output_shapes
     if any(not s.is_sufficient for s in shapes):
         return None
     measure, loop_timeout = execution._measure, execution._loop_timeout_ns
     try:
-        if burst is not None:
-            source = burst.context(step)
-            if isinstance(source, IReusableBurst):
-                hal_execution = source.create_reusable_execution(sent.request, measure, loop_timeout)
-            else:
-                hal_execution = DefaultExecution(source, sent.request, measure, loop_timeout, run=source.execute)
-        elif isinstance(step.prepared, IReusablePreparedModel):
-            hal_execution = step.prepared.create_reusable_execution(sent.request, measure, loop_timeout)
-        else:
-            hal_execution = DefaultExecution(step.prepared, sent.request, measure, loop_timeout)
+        source = step.prepared if burst is None else burst.context(step)
+        hal_execution = reusable_execution(source, sent.request, measure, loop_timeout)
     except Exception:  # a driver that cannot bind the request: the per-call path reports what is wrong
         return None
     if not isinstance(hal_execution, IExecution):

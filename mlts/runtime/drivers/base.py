@@ -82,6 +82,16 @@ class DefaultExecution(IExecution):
         self.prepared = self.request = self.run = None
 
 
+def reusable_execution(source: IPreparedModel | IBurst, request: Request, measure: bool,
+                       loop_timeout_ns: int) -> IExecution:
+    """A prepared model's or a burst's own createReusableExecution, or a DefaultExecution over its per-run
+    call (execute_synchronously, or the burst's execute) when it has none: what a client binds."""
+    if isinstance(source, (IReusablePreparedModel, IReusableBurst)):
+        return source.create_reusable_execution(request, measure, loop_timeout_ns)
+    run = source.execute if isinstance(source, IBurst) else source.execute_synchronously
+    return DefaultExecution(source, request, measure, loop_timeout_ns, run=run)
+
+
 class PreparedModel(IPreparedModel, IReusablePreparedModel):
     """A prepared model with every execution path built over `execute_synchronously`."""
 

@@ -25,16 +25,15 @@ from .. import qos
 from ..enums import Priority, ResultCode
 from ..hal.validation import check_priority, validate_cache_handles
 from ..errors import MltsError, error_from_exception
-from ..hal import (AllocatedBuffer, BufferToken, DeviceBuffer, ExecutionResult, IBurst, IDevice, IPreparedModel,
-                   IReusablePreparedModel, failed_result)
-from ..drivers.base import DefaultExecution
+from ..hal import AllocatedBuffer, BufferToken, DeviceBuffer, ExecutionResult, IBurst, IDevice, IPreparedModel
+from ..drivers.base import reusable_execution
 from ..hal.validation import validate_deadline, validate_fence_fds, validate_timeout_after_fence
 from .build import build_driver
 from .channel import Channel, ChannelClosed
 from .pools import PoolCache
 from ..hal.sync_fence import close_fds
 from .protocol import Call, Description, Reply, attach_pools
-from .ring_host import BurstRing, ExecutionRing, Rings, open_ring, queue_label
+from .ring_host import BurstRing, ExecutionRing, Rings, guarded, open_ring, queue_label
 
 #: how long past its deadline an asynchronous execution's callback is waited for (the client waits
 #: client.DEADLINE_GRACE_S, longer, so that it gets this answer rather than giving up)
@@ -322,10 +321,7 @@ class Server:
         prepared = self._lookup(self.prepared, prepared_id, "prepared model")
         self._check_tokens(pools)
         request = attach_pools(request, pools)
-        if isinstance(prepared, IReusablePreparedModel):
-            execution = prepared.create_reusable_execution(request, measure, loop_timeout_ns)
-        else:
-            execution = DefaultExecution(prepared, request, measure, loop_timeout_ns)
+        execution = reusable_execution(prepared, request, measure, loop_timeout_ns)
         try:
             ring = open_ring(fds, f"{self.name}: execution_create")
         except BaseException:
@@ -344,7 +340,7 @@ class Server:
         try:
             return qos.run_admitted(qos.queue_for(self.driver), priority, deadline,
                                     queue_label(self.name, key, priority),
-                                    _execute, self.name, run, request, measure, deadline, loop_timeout_ns)
+                                    guarded, self.name, run, request, measure, deadline, loop_timeout_ns)
         except MltsError as e:  # refused by the queue: busy, or the deadline passed while waiting
             return ExecutionResult(e.code, [], message=f"{self.name}: {e.message}")
 
@@ -447,14 +443,6 @@ def await_callback(name: str, prepared: IPreparedModel, request, measure: bool, 
         return ExecutionResult(ResultCode.OP_FAILED, [], message=f"{name}: execute(): its callback was notified "
                                                                  f"with {type(result).__name__}, not a result")
     return result
-
-
-def _execute(name: str, run, request, measure: bool, deadline, loop_timeout_ns: int) -> ExecutionResult:
-    """Executions report failures in their result, as the HAL says, even when the driver raises."""
-    try:
-        return run(request, measure, deadline, loop_timeout_ns)
-    except Exception as e:
-        return failed_result(e, f"{name}: execution")
 
 
 def main(argv: list[str] | None = None) -> int:

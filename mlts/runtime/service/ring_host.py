@@ -19,8 +19,7 @@ from typing import Any, Callable, Sequence
 from .. import qos
 from ..enums import Priority, ResultCode
 from ..errors import MltsError
-from ..drivers.base import BurstContext
-from ..hal import BufferToken, ExecutionResult, IBurst, IExecution, IReusablePreparedModel, failed_result
+from ..hal import BufferToken, ExecutionResult, IBurst, IExecution, IReusableBurst, failed_result
 from .pools import PoolCache
 from .protocol import attach_pools
 from .ring import (CLOSED, DEADLINE, DRIVER_US, HAS_DEADLINE, LOAD, LOOP_TIMEOUT, MEASURE, REQ_KIND, REQ_LEN,
@@ -108,7 +107,7 @@ class RingServer:
     def _admitted(self, deadline: float | None, call: Callable[..., Any], *args: Any) -> Any:
         """Through this client's priority queue (refusals are failed executions, as for channel calls)."""
         try:
-            return qos.run_admitted(self.queue, self.priority, deadline, self.label, call, *args)
+            return qos.run_admitted(self.queue, self.priority, deadline, self.label, guarded, self.name, call, *args)
         except MltsError as e:
             return ExecutionResult(e.code, [], message=f"{self.name}: {e.message}")
 
@@ -129,13 +128,7 @@ class ExecutionRing(RingServer):
         self.execution = execution
 
     def run(self, deadline: float | None) -> Any:
-        return self._admitted(deadline, self._execute, deadline)
-
-    def _execute(self, deadline: float | None) -> Any:
-        try:
-            return self.execution.execute_synchronously(deadline)
-        except Exception as e:
-            return failed_result(e, f"{self.name}: execution")
+        return self._admitted(deadline, self.execution.execute_synchronously, deadline)
 
     def _finish(self) -> None:
         _close_quietly(self.execution)
@@ -152,10 +145,9 @@ class BurstRing(RingServer):
         self.pools = pools
         self.check_tokens = check_tokens
         self.slots: list[Any] = [None] * BURST_SLOTS
-        #: the default BurstContext only forwards to execute_synchronously: a slot's request then runs as the
-        #: driver's own reusable execution (validated once), per slot: (request, measure, loop timeout, it)
-        prepared = getattr(burst, "prepared", None)
-        self.reusable = type(burst) is BurstContext and isinstance(prepared, IReusablePreparedModel)
+        #: a burst with createReusableExecution runs each slot's request as one reusable execution (the
+        #: default BurstContext: the driver's own, validated once); per slot: (request, measure, loop timeout, it)
+        self.reusable = isinstance(burst, IReusableBurst)
         self.executions: list[Any] = [None] * BURST_SLOTS
 
     def keep(self, slot: Any, request: Any) -> None:
@@ -187,8 +179,8 @@ class BurstRing(RingServer):
         measure, loop_timeout_ns = bool(w[MEASURE]), w[LOOP_TIMEOUT]
         execution = self._execution(slot, request, measure, loop_timeout_ns) if self.reusable else None
         if execution is not None:
-            return self._admitted(deadline, self._run_execution, execution, deadline)
-        return self._admitted(deadline, self._execute, request, measure, deadline, loop_timeout_ns)
+            return self._admitted(deadline, execution.execute_synchronously, deadline)
+        return self._admitted(deadline, self.burst.execute, request, measure, deadline, loop_timeout_ns)
 
     def _execution(self, slot: int, request: Any, measure: bool, loop_timeout_ns: int) -> IExecution | None:
         entry = self.executions[slot]
@@ -198,17 +190,11 @@ class BurstRing(RingServer):
         if entry is not None:
             _close_quietly(entry[3])
         try:
-            execution = self.burst.prepared.create_reusable_execution(request, measure, loop_timeout_ns)
+            execution = self.burst.create_reusable_execution(request, measure, loop_timeout_ns)
         except Exception:  # refused (an invalid request): the burst's own run reports it
             return None
         self.executions[slot] = (request, measure, loop_timeout_ns, execution)
         return execution
-
-    def _run_execution(self, execution: IExecution, deadline: float | None) -> Any:
-        try:
-            return execution.execute_synchronously(deadline)
-        except Exception as e:
-            return failed_result(e, f"{self.name}: execution")
 
     def _finish(self) -> None:
         for entry in self.executions:
@@ -216,11 +202,13 @@ class BurstRing(RingServer):
                 _close_quietly(entry[3])
         super()._finish()
 
-    def _execute(self, request: Any, measure: bool, deadline: float | None, loop_timeout_ns: int) -> Any:
-        try:
-            return self.burst.execute(request, measure, deadline, loop_timeout_ns)
-        except Exception as e:
-            return failed_result(e, f"{self.name}: execution")
+def guarded(name: str, call: Callable[..., Any], *args: Any) -> Any:
+    """`call(*args)`, a driver's run: executions report failures in their result, as the HAL says, even
+    when the driver raises."""
+    try:
+        return call(*args)
+    except Exception as e:
+        return failed_result(e, f"{name}: execution")
 
 
 def _close_quietly(execution: IExecution) -> None:
