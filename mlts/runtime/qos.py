@@ -210,22 +210,30 @@ def configure(device_or_driver: Any, *, max_concurrent: int | None = None,
 
 
 # -- checkpoints for in-process drivers ------------------------------------------------------------------
-_local = threading.local()
+class _ThreadState(threading.local):
+    """Per thread: the checkpoint stack and the time yielded at checkpoints. Class-level defaults: a
+    missing attribute would cost an exception on every read, and these are read on every run."""
+
+    stack: list | None = None
+    yielded_s: float = 0.0
+
+
+_local = _ThreadState()
 
 
 def yielded_seconds() -> float:
     """Time this thread has spent yielded to other work at queue checkpoints (ever; take differences)."""
-    return getattr(_local, "yielded_s", 0.0)
+    return _local.yielded_s
 
 
 def current_checkpoint() -> Callable[[], None] | None:
     """The checkpoint an in-process driver's kernels should call between operations, if any."""
-    stack = getattr(_local, "stack", None)
+    stack = _local.stack
     if not stack:
         return None
+    if len(stack) == 1:
+        return stack[0]
     hooks = tuple(stack)
-    if len(hooks) == 1:
-        return hooks[0]
 
     def checkpoint() -> None:
         for hook in hooks:
@@ -246,7 +254,7 @@ def checkpoint_scope(hook: Callable[[], None]) -> Iterator[None]:
 
 def _push_checkpoint(hook: Callable[[], None]) -> list:
     """Push `hook` on this thread's checkpoint stack; the stack, to pop it from."""
-    stack = getattr(_local, "stack", None)
+    stack = _local.stack
     if stack is None:
         stack = _local.stack = []
     stack.append(hook)
@@ -258,7 +266,7 @@ def run_admitted(queue: DeviceQueue, priority: int, deadline: float | None, what
     """`call(*args)` as an admitted ticket of `queue` (blocking until the queue admits it; MltsError when it
     refuses), with the queue's checkpoint current in this thread for in-process drivers' kernels."""
     ticket = queue.admit(priority, deadline, what)
-    stack = getattr(_local, "stack", None)
+    stack = _local.stack
     if stack is None:
         stack = _local.stack = []
     stack.append(partial(queue.checkpoint, ticket, deadline))
@@ -281,9 +289,11 @@ class RunTimeEstimate:
         self._value: float | None = None  # the average, recomputed on add: read on every run
 
     def add(self, seconds: float) -> None:
+        seconds = float(seconds)
         with self._lock:
-            self._samples.append(max(0.0, float(seconds)))
-            self._value = sum(self._samples) / len(self._samples)
+            samples = self._samples
+            samples.append(seconds if seconds > 0.0 else 0.0)
+            self._value = sum(samples) / len(samples)
 
     @property
     def value(self) -> float | None:
@@ -291,26 +301,23 @@ class RunTimeEstimate:
 
 
 class DriverLoad:
-    """The runs in flight on one driver, with their estimates: what makes a driver busy."""
+    """The runs in flight on one driver, with their estimates: what makes a driver busy. Without a lock:
+    entering and leaving are one dict store and one pop each (atomic), and pending() sums a copy."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._runs: dict[int, float] = {}
         self._ids = itertools.count()
 
     def enter(self, estimate: float | None) -> int:
-        with self._lock:
-            key = next(self._ids)
-            self._runs[key] = estimate or 0.0
-            return key
+        key = next(self._ids)
+        self._runs[key] = estimate or 0.0
+        return key
 
     def leave(self, key: int) -> None:
-        with self._lock:
-            self._runs.pop(key, None)
+        self._runs.pop(key, None)
 
     def pending(self) -> float:
-        with self._lock:
-            return sum(self._runs.values())
+        return sum(self._runs.copy().values())
 
 
 def refusal(estimate: float | None, busy: float, deadline: float | None, what: str) -> MltsError | None:
@@ -424,11 +431,13 @@ def record_preparation(driver: Any, model: Any, started: float) -> None:
 
 
 def predicted_run(estimate: RunTimeEstimate, load: DriverLoad, operations: int, deadline: float | None, what: str,
-                  run: Callable[[Callable[[], None] | None], Any]) -> Any:
-    """One execution under the driver's predictor (`load`: the driver's, load_of(driver)): refused before starting when it will miss its deadline,
-    run with a ProgressCheckpoint otherwise (without a deadline, with the queue's checkpoint, if any); a
-    successful run's own time (without time yielded to other work) goes into the estimate."""
-    expected = estimate.value
+                  run: Callable[..., Any], *args: Any) -> Any:
+    """`run(*args, checkpoint)`, one execution under the driver's predictor (`load`: the driver's,
+    load_of(driver)): refused before starting when it will miss its deadline, run with a ProgressCheckpoint
+    otherwise (without a deadline, with the queue's checkpoint, if any); a successful run's own time
+    (without time yielded to other work) goes into the estimate. On every execution's path: the load's
+    bookkeeping is inline."""
+    expected = estimate._value
     if deadline is not None:
         why = refusal(expected, load.pending(), deadline, what)
         if why is not None:
@@ -436,13 +445,16 @@ def predicted_run(estimate: RunTimeEstimate, load: DriverLoad, operations: int, 
         checkpoint = ProgressCheckpoint(operations, expected, deadline, current_checkpoint(), what)
     else:  # nothing to predict or abort: the queue's checkpoint alone
         checkpoint = current_checkpoint()
-    yielded_at_start = yielded_seconds()
-    key = load.enter(expected)
+    local = _local
+    yielded_at_start = local.yielded_s
+    runs = load._runs
+    key = next(load._ids)
+    runs[key] = expected or 0.0
     started = time.monotonic()
     try:
-        result = run(checkpoint)
+        result = run(*args, checkpoint)
     finally:
-        load.leave(key)
+        runs.pop(key, None)
     if getattr(result, "status", None) == ResultCode.NO_ERROR:
-        estimate.add(time.monotonic() - started - (yielded_seconds() - yielded_at_start))
+        estimate.add(time.monotonic() - started - (local.yielded_s - yielded_at_start))
     return result

@@ -20,6 +20,8 @@ from mlts.runtime import Memory, MltsError, Preference, Priority, ResultCode
 from mlts.runtime.hal import DataLocation, ExecutionResult, Request, RequestArgument
 from mlts.runtime.drivers.base import DefaultExecution
 from mlts.runtime.service import ServiceDriver
+from mlts.runtime.service import ring as ring_module
+from mlts.runtime.service.ring import DEFAULT_POLL_US, MAX_POLL_NS, POLL_ENV, POLL_NS, poll_until, poll_window_ns
 from mlts.runtime.service.runs import ServiceExecution
 
 import service_test_drivers
@@ -347,3 +349,62 @@ def test_concurrent_executions_on_one_burst(hosted):
         t.join(60)
     assert not errors
     burst.close()
+
+
+# -- polling before sleeping -----------------------------------------------------------------------------
+@pytest.mark.parametrize("window_us", ["0", "5000"])
+def test_runs_with_and_without_polling_give_the_hand_computed_sums(hosted, monkeypatch, window_us):
+    """0: each side sleeps on its eventfd at once; 5 ms: the host polls for the next command and the
+    client for the answer (every run of this loop lands within the window)."""
+    monkeypatch.setenv(POLL_ENV, window_us)
+    prepared = prepare(hosted)
+    x, y, out = values(1), values(2), np.zeros(SHAPE, np.float32)
+    execution = prepared.create_reusable_execution(user_request(x, y, out), False, LOOP_NS)
+    assert execution._ring.ring.words[POLL_NS] == int(window_us) * 1000  # the window the host polls for
+    before = hosted.channel_stats()
+    for k in range(30):
+        x[...] = values(100 + k)
+        assert execution.execute_synchronously(None).status == ResultCode.NO_ERROR
+        assert out.tobytes() == (x + y).tobytes()
+    assert hosted.channel_stats() == before
+    execution.close()
+
+
+@pytest.mark.parametrize("raw", ["abc", "-1", "1.5", str(MAX_POLL_NS // 1000 + 1)])
+def test_a_bad_polling_window_is_a_clear_error_and_leaks_nothing(hosted, monkeypatch, raw):
+    prepared = prepare(hosted)
+    monkeypatch.setenv(POLL_ENV, raw)
+    fds = open_fds()
+    with pytest.raises(MltsError) as e:
+        prepared.create_reusable_execution(user_request(values(1), values(2), np.zeros(SHAPE, np.float32)),
+                                           False, LOOP_NS)
+    assert e.value.code == ResultCode.BAD_DATA and POLL_ENV in e.value.message and repr(raw) in e.value.message
+    assert open_fds() == fds
+
+
+def test_the_polling_window_default_and_machines_without_ordered_stores(monkeypatch):
+    monkeypatch.delenv(POLL_ENV, raising=False)
+    monkeypatch.setattr(ring_module.platform, "machine", lambda: "x86_64")
+    assert poll_window_ns() == DEFAULT_POLL_US * 1000
+    monkeypatch.setenv(POLL_ENV, "0")
+    assert poll_window_ns() == 0
+    monkeypatch.setenv(POLL_ENV, "250")
+    assert poll_window_ns() == 250_000
+    monkeypatch.setattr(ring_module.platform, "machine", lambda: "aarch64")  # weakly ordered: never polls
+    assert poll_window_ns() == 0
+
+
+def test_poll_until_sees_a_change_or_gives_up_after_its_window():
+    words = memoryview(bytearray(16)).cast("Q")
+    start = time.perf_counter_ns()
+    assert poll_until(words, 1, 0, 2_000_000) is False  # nothing changes: False once the window is over
+    assert time.perf_counter_ns() - start >= 2_000_000
+    words[1] = 7
+    assert poll_until(words, 1, 0, 10**12) is True  # already changed: at once
+    words[1] = 0
+    writer = threading.Timer(0.01, lambda: words.__setitem__(1, 5))
+    writer.start()
+    start = time.perf_counter_ns()
+    assert poll_until(words, 1, 0, 10 * 10**9) is True  # changed by another thread within the window
+    assert time.perf_counter_ns() - start < 5 * 10**9
+    writer.join()

@@ -26,16 +26,25 @@ CONSTANT_LIFETIMES = (OperandLifetime.CONSTANT_COPY, OperandLifetime.CONSTANT_RE
 
 class _RecordingContext(OperationContext):
     """An execute-phase context that notes the inputs whose values are read before the output shapes are
-    set, i.e. by prepare."""
+    set, i.e. by prepare: every accessor reads `_values`, which records its reads."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.reads: set[int] = set()
+        self._values = _RecordedValues(self._values, self)
 
-    def value(self, i: int) -> Any:
-        if self.output_shapes is None:
-            self.reads.add(i)
-        return super().value(i)
+
+class _RecordedValues(list):
+    """A context's input values, noting each index read while its prepare runs."""
+
+    def __init__(self, values: list, ctx: _RecordingContext) -> None:
+        super().__init__(values)
+        self.ctx = ctx
+
+    def __getitem__(self, i: Any) -> Any:
+        if self.ctx.output_shapes is None:
+            self.ctx.reads.add(i)
+        return super().__getitem__(i)
 
 
 class _BoundOperation(NamedTuple):
@@ -74,25 +83,25 @@ class BoundGraph:
             return self._first_run(inputs, deadline, loop_timeout_ns, checkpoint)
         subgraph = self.graph.model.main
         values: dict[int, Any] = dict(self.graph.constants[0])
-        for index, arr in zip(subgraph.input_indexes, inputs):
-            values[index] = arr
-        for bound in operations:
-            ctx = bound.context
-            between_operations(deadline, checkpoint, ctx.op_index, ctx.code)
-            ctx.rebind([values.get(i) for i in bound.inputs])
+        values.update(zip(subgraph.input_indexes, inputs))
+        for ctx, impl, op_inputs, op_outputs, out_types, shapes, checks, drop, where in operations:
+            if deadline is not None:
+                between_operations(deadline, checkpoint, ctx.op_index, ctx.code)
+            elif checkpoint is not None:  # between_operations without a deadline: the checkpoint alone
+                checkpoint()
+            ctx.rebind(list(map(values.get, op_inputs)))
             try:
-                results = bound.impl.execute(ctx)
+                results = impl.execute(ctx)
             except MltsError:
                 raise
             except Exception as e:
-                raise error_from_exception(e, f"{bound.where} failed") from None
-            if not _as_prepared(results, bound.checks):
-                results = checked_results(bound.where, results, bound.shapes, bound.out_types)
-            for o, r in zip(bound.outputs, results):
-                values[o] = r
-            for i in bound.drop:
+                raise error_from_exception(e, f"{where} failed") from None
+            if not _as_prepared(results, checks):
+                results = checked_results(where, results, shapes, out_types)
+            values.update(zip(op_outputs, results))
+            for i in drop:
                 values.pop(i, None)
-        return [values[i] for i in subgraph.output_indexes]
+        return list(map(values.__getitem__, subgraph.output_indexes))
 
     def _first_run(self, inputs: Sequence[np.ndarray | None], deadline: float | None, loop_timeout_ns: int | None,
                    checkpoint: Callable[[], None] | None) -> list[np.ndarray]:

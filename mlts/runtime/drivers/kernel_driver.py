@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from functools import partial
 from typing import Callable, Iterable
 
 import numpy as np
@@ -149,8 +148,7 @@ class KernelPreparedModel(PreparedModel, IOperationProfiling):
         # Refused before starting when the deadline will be missed; checkpoints between operations
         # abort a run that will miss it and let the runtime's queue pre-empt it (mlts.runtime.qos).
         return qos.predicted_run(self.estimate, qos.load_of(self.driver), len(self.model.main.operations),
-                                 deadline, self.driver.name,
-                                 lambda checkpoint: self._run(request, measure, deadline, loop_timeout_ns, checkpoint))
+                                 deadline, self.driver.name, self._run, request, measure, deadline, loop_timeout_ns)
 
     def create_reusable_execution(self, request: Request, measure: bool, loop_timeout_ns: int) -> IExecution:
         """Validated and resolved once. A request naming driver-allocated buffers (resolved per run), or a
@@ -255,14 +253,15 @@ class KernelExecution(IExecution):
             except MltsError as e:
                 return ExecutionResult(e.code, [], message=e.message)
         return qos.predicted_run(self.prepared.estimate, self.load, self.operations, deadline, driver.name,
-                                 partial(self._run, deadline))
+                                 self._run, deadline)
 
     def _run(self, deadline: float | None, checkpoint) -> ExecutionResult:
-        t_driver = time.perf_counter_ns()
+        measure = self.measure
+        t_driver = time.perf_counter_ns() if measure else 0
         try:
             if deadline is not None and time.monotonic() > deadline:
                 return ExecutionResult(ResultCode.MISSED_DEADLINE_PERSISTENT, [], message="deadline already passed")
-            t_device = time.perf_counter_ns()
+            t_device = time.perf_counter_ns() if measure else 0
             if self._running.acquire(blocking=False):  # the bound graph serves one run at a time
                 try:
                     outputs = self.graph.run(self.inputs, deadline=deadline, loop_timeout_ns=self.loop_timeout_ns,
@@ -272,12 +271,20 @@ class KernelExecution(IExecution):
             else:  # a concurrent run of the same execution: the executor's own run
                 outputs = self.prepared.graph.run(self.inputs, deadline=deadline,
                                                   loop_timeout_ns=self.loop_timeout_ns, checkpoint=checkpoint)
-            t_device = time.perf_counter_ns() - t_device
+            if measure:
+                t_device = time.perf_counter_ns() - t_device
             written = self.written
-            if written is not None and self._write_as_before(outputs, written):
-                timing = measured_timing(True, t_driver, t_device) if self.measure else NO_TIMING_INFO
-                return ExecutionResult(ResultCode.NO_ERROR, list(self.shapes), timing)
-            result = _write_outputs(self.request, outputs, None, self.measure, t_driver, t_device)
+            if written is not None and len(outputs) == len(written):
+                # outputs of the shapes and dtypes of the last successful run: written to its views (a
+                # mismatch further on is written by _write_outputs, which rewrites every output)
+                for o, (shape, dtype, dest) in zip(outputs, written):
+                    if o.shape != shape or o.dtype != dtype:
+                        break
+                    dest[...] = o
+                else:
+                    timing = measured_timing(True, t_driver, t_device) if measure else NO_TIMING_INFO
+                    return ExecutionResult(ResultCode.NO_ERROR, list(self.shapes), timing)
+            result = _write_outputs(self.request, outputs, None, measure, t_driver, t_device)
             if result.status == ResultCode.NO_ERROR:  # later runs of the same shapes write to the same views
                 self.shapes = result.output_shapes
                 self.written = [(o.shape, o.dtype, self.request.pools[arg.location.pool_index].array(
@@ -285,18 +292,6 @@ class KernelExecution(IExecution):
             return result
         except Exception as e:  # a driver must never let an exception escape to its client
             return failed_execution(self.prepared.driver.name, e)
-
-    @staticmethod
-    def _write_as_before(outputs: list[np.ndarray], written: list) -> bool:
-        """Outputs of the shapes and dtypes of the last successful run: written to its views."""
-        if len(outputs) != len(written):
-            return False
-        for o, (shape, dtype, _) in zip(outputs, written):
-            if o.shape != shape or o.dtype != dtype:
-                return False
-        for o, (_, _, dest) in zip(outputs, written):
-            dest[...] = o
-        return True
 
     def close(self) -> None:
         self.inputs = []

@@ -5,6 +5,7 @@ from typing import Callable
 
 import numpy as np
 
+from ._fp_errors import ignoring_fp_errors
 from .base import OperationContext
 
 
@@ -15,8 +16,7 @@ def float_kernel(x: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> np.nd
     correctly rounded value of the math function in every practical case.
     """
     work = np.float32 if x.dtype == np.float16 else np.float64
-    with np.errstate(all="ignore"):
-        return np.asarray(fn(x.astype(work))).astype(x.dtype)
+    return ignoring_fp_errors(lambda: np.asarray(fn(x.astype(work))).astype(x.dtype))
 
 
 def check_quant_output(ctx: OperationContext, scale: float, zero_point: int, output: int = 0) -> None:

@@ -121,7 +121,7 @@ class OperationContext:
     # -- values -------------------------------------------------------------------------------
     def value(self, i: int) -> Any:
         """The operand's value: an array (or 0-d array for scalars); None when not known yet. Every read of
-        a value goes through here (cpu/bound_graph.py records what prepare reads)."""
+        a value indexes `_values` (cpu/bound_graph.py records what prepare reads there)."""
         types = self._in_types
         if i >= len(types) or types[i] is None:  # omitted (is_omitted, inline: on every kernel's path)
             return None
@@ -137,6 +137,11 @@ class OperationContext:
 
     def scalar(self, i: int, default: Any = None) -> Any:
         """A scalar input as a Python value; `default` when omitted; raises ValueUnknown if unknown."""
+        types = self._in_types
+        if i < len(types) and types[i] is not None:  # value(), inline: on every kernel's path
+            v = self._values[i]
+            if v is not None:
+                return v.item() if type(v) is np.ndarray else np.asarray(v).item()
         v = self.value(i)
         if v is None:
             if self.is_omitted(i):
@@ -151,8 +156,12 @@ class OperationContext:
         return None if v is None else np.asarray(v).item()
 
     def input(self, i: int) -> np.ndarray:
-        v = self.value(i)
-        return v if v is not None else self.require_value(i)  # require_value: the error
+        types = self._in_types
+        if i < len(types) and types[i] is not None:  # value(), inline: on every kernel's path
+            v = self._values[i]
+            if v is not None:
+                return v
+        return self.require_value(i)  # the error
 
     def input_shape(self, i: int) -> Shape:
         """Fully known dimensions of input `i`; raises ValueUnknown at build time if not yet known."""

@@ -2,7 +2,8 @@
 thread through an eventfd and waits on its own eventfd in the calling thread, with no other thread
 in between (the channel's reader thread only learns of deaths).
 
-A wait polls in POLL_S periods so that a dead or silent service is noticed as on the channel: the
+A wait first polls the answer's sequence number for the ring's window (ring.poll_window_ns), then
+sleeps on the eventfd in POLL_S periods so that a dead or silent service is noticed as on the channel: the
 same DEAD_OBJECT errors (with the service's last output), the call timeout's kill, and
 MISSED_DEADLINE_TRANSIENT past the deadline plus a grace period. A run given up at its deadline
 leaves the ring busy until the service answers it; runs meanwhile go through the channel.
@@ -21,7 +22,8 @@ from ..enums import ResultCode
 from ..errors import MltsError
 from ..hal import CallTiming, ExecutionResult
 from .client import DEADLINE_GRACE_S, POLL_S, Connection
-from .ring import CLOSED, DEADLINE, HAS_DEADLINE, REQ_SEQ, RESP_KIND, RESP_SEQ, RETRY, Ring
+from .ring import (CLOSED, DEADLINE, HAS_DEADLINE, POLL_NS, REQ_SEQ, RESP_KIND, RESP_SEQ, RETRY, Ring,
+                   poll_until, poll_window_ns)
 
 POLL_MS = int(POLL_S * 1000)
 
@@ -57,7 +59,9 @@ class RingClient:
     def __init__(self, conn: Connection, method: str) -> None:
         self.conn = conn
         self.method = method  # "execute" or "burst_execute": as the channel call would be named in errors
+        self.poll_ns = poll_window_ns()
         self.ring = Ring.create()
+        self.ring.words[POLL_NS] = self.poll_ns
         self.key = -next(_keys)
         self.waiter = _Waiter(method, self.ring.answer_fd)
         self.lock = threading.Lock()
@@ -98,7 +102,11 @@ class RingClient:
         return result, driver_us, round_trip_us
 
     def _wait(self, seq: int, deadline: float | None) -> None:
-        w = self.ring.words  # no spinning on it first: on a 2-core VM that did not pay (issue 15's report)
+        w = self.ring.words
+        if self.poll_ns and poll_until(w, RESP_SEQ, seq - 1, self.poll_ns) and w[RESP_SEQ] == seq:
+            if self.waiter.error is not None:  # answered, but the service died or was closed meanwhile
+                raise self.waiter.error
+            return
         poll, fd, waiter = self._poller.poll, self.ring.answer_fd, self.waiter
         conn = self.conn
         timeout = conn.call_timeout

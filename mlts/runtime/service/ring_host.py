@@ -22,8 +22,8 @@ from ..errors import MltsError
 from ..hal import BufferToken, ExecutionResult, IBurst, IExecution, IReusableBurst, failed_result
 from .pools import PoolCache
 from .protocol import attach_pools
-from .ring import (CLOSED, DEADLINE, DRIVER_US, HAS_DEADLINE, LOAD, LOOP_TIMEOUT, MEASURE, REQ_KIND, REQ_LEN,
-                   REQ_SEQ, RESP_KIND, RESP_SEQ, RETRY, SLOT, Ring)
+from .ring import (CLOSED, DEADLINE, DRIVER_US, HAS_DEADLINE, LOAD, LOOP_TIMEOUT, MAX_POLL_NS, MEASURE, POLL_NS,
+                   REQ_KIND, REQ_LEN, REQ_SEQ, RESP_KIND, RESP_SEQ, RETRY, SLOT, Ring, poll_until)
 
 BURST_SLOTS = 4  # requests a burst keeps (client and service agree on the slot numbers)
 
@@ -72,18 +72,22 @@ class RingServer:
         request_fd, answer_fd = ring.request_fd, ring.answer_fd
         read, write, clock = os.eventfd_read, os.eventfd_write, time.perf_counter_ns
         done = w[RESP_SEQ]
+        poll_ns = min(w[POLL_NS], MAX_POLL_NS)  # the client's window, bounded
+        idle = False  # the last wake-up brought no command (a stale count after polling): sleep at once
         try:
             while True:
-                try:
-                    read(request_fd)
-                except InterruptedError:
-                    continue
-                except OSError:
-                    return
+                if idle or not (poll_ns and poll_until(w, REQ_SEQ, done, poll_ns)):
+                    try:
+                        read(request_fd)
+                    except InterruptedError:
+                        continue
+                    except OSError:
+                        return
                 if w[CLOSED]:
                     return
                 seq = w[REQ_SEQ]
-                if seq == done:
+                idle = seq == done
+                if idle:
                     continue  # a wake-up with no new command
                 deadline = floats[DEADLINE] if w[HAS_DEADLINE] else None
                 start = clock()

@@ -71,6 +71,9 @@ def create_execution(prepared: Any, request: Request, measure: bool, loop_timeou
     except OSError as e:
         staged.release(reusable=True)
         raise MltsError(ResultCode.OP_FAILED, f"{name}: create_reusable_execution: no ring: {e}") from None
+    except MltsError:  # a bad polling window setting
+        staged.release(reusable=True)
+        raise
     try:
         conn.call("execution_create", (remote_id, strip_request(request), measure, loop_timeout_ns), staged.pools,
                   descriptors=ring.ring.fds)
