@@ -38,7 +38,7 @@ DEFAULT_MAX_QUEUED = 1024  # executions held off at once before a device reports
 ESTIMATE_WINDOW = 8  # recent runs the running average is taken over
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Ticket:
     """One execution's place in a device queue."""
 
@@ -97,13 +97,15 @@ class DeviceQueue:
 
     def admit(self, priority: int, deadline: float | None, what: str = "") -> Ticket:
         """Block until the execution may run on this device; raises MltsError when it may not."""
-        with self._lock:
-            t = Ticket(int(priority), next(self._seq), what)
+        lock = self._lock
+        lock.acquire()  # not `with`: its __enter__/__exit__ cost more than the rest of an idle admission
+        try:
             if not self._running and not self._waiting and self.max_concurrent is None:  # an idle device
-                t.state = "running"
+                t = Ticket(int(priority), next(self._seq), what, "running")
                 self._running.append(t)
                 self._stats.admitted += 1
                 return t
+            t = Ticket(int(priority), next(self._seq), what)
             if not self._waiting and self._may_run(t):
                 self._start(t)
                 return t
@@ -114,6 +116,8 @@ class DeviceQueue:
                                 f"(limit {self.max_queued}); retry later")
             self._wait_turn(t, deadline)
             return t
+        finally:
+            lock.release()
 
     def _start(self, t: Ticket) -> None:
         t.state = "running"
@@ -159,13 +163,19 @@ class DeviceQueue:
                 _local.yielded_s = yielded_seconds() + time.monotonic() - started
 
     def release(self, t: Ticket) -> None:
-        with self._lock:
-            if t in self._running:
+        lock = self._lock
+        lock.acquire()
+        try:
+            try:
                 self._running.remove(t)
+            except ValueError:  # not running: yielded and refused at a checkpoint
+                pass
             t.state = "done"
             self._finished.append(t.what)
             if self._waiting:  # only tickets in _wait_turn wait on the condition
                 self._cond.notify_all()
+        finally:
+            lock.release()
 
     def stats(self) -> dict[str, Any]:
         """What the queue holds and has done (for tests, reports and conformance checks)."""
@@ -290,10 +300,14 @@ class RunTimeEstimate:
 
     def add(self, seconds: float) -> None:
         seconds = float(seconds)
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             samples = self._samples
             samples.append(seconds if seconds > 0.0 else 0.0)
             self._value = sum(samples) / len(samples)
+        finally:
+            lock.release()
 
     @property
     def value(self) -> float | None:

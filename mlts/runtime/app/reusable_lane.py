@@ -100,10 +100,14 @@ class ReusableLane:
         for pool in self.pools:
             if pool.closed:
                 return False
-        with ex._lock:
+        lock = ex._lock
+        lock.acquire()  # not `with`: on this path its __enter__/__exit__ cost as much as the check
+        try:
             if ex._state == "computing":
                 raise bad_state(f"{self.call}: the execution is running")
             ex._state = "computing"
+        finally:
+            lock.release()
         started = time.perf_counter_ns()
         try:
             deadline = None if self.timeout_ns is None else deadline_from_timeout(self.timeout_ns)
