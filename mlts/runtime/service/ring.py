@@ -88,15 +88,17 @@ def poll_window_ns() -> int:
 
 
 def poll_until(words: Any, index: int, value: int, window_ns: int) -> bool:
-    """Poll `words[index]` for up to `window_ns` while it equals `value` (the GIL held: the window is
-    short); True when it changed."""
+    """Poll `words[index]` for up to `window_ns` while it equals `value`; True when it changed. Each turn
+    yields the processor and the GIL (os.sched_yield releases it), so that the process's other threads,
+    other rings' included, are not held off by a poll."""
     if words[index] != value:
         return True
-    clock = time.perf_counter_ns
+    clock, yield_ = time.perf_counter_ns, os.sched_yield
     until = clock() + window_ns
     while words[index] == value:
         if clock() >= until:
             return False
+        yield_()
     return True
 
 
