@@ -457,8 +457,9 @@ def predicted_run(estimate: RunTimeEstimate, load: DriverLoad, operations: int, 
         if why is not None:
             return ExecutionResult(why.code, [], message=why.message)
         checkpoint = ProgressCheckpoint(operations, expected, deadline, current_checkpoint(), what)
-    else:  # nothing to predict or abort: the queue's checkpoint alone
-        checkpoint = current_checkpoint()
+    else:  # nothing to predict or abort: the queue's checkpoint alone (current_checkpoint's common case inline)
+        stack = _local.stack
+        checkpoint = stack[0] if stack and len(stack) == 1 else current_checkpoint()
     local = _local
     yielded_at_start = local.yielded_s
     runs = load._runs

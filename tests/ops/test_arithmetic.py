@@ -85,6 +85,25 @@ def test_float_constant_operand_and_specials():
     np.testing.assert_array_equal(out, expected)
 
 
+@pytest.mark.parametrize("code", [O.ADD, O.SUB, O.MUL, O.DIV])
+def test_float_overflow_and_invalid_are_ieee_results_not_warnings(code):
+    """NNAPI's float kernels give inf and NaN; numpy's warnings (errors under -W error) must not escape,
+    and the caller's numpy error state is left as it was."""
+    big = np.float32(3e38)
+    a = np.array([big, -big, np.inf, 0.0], np.float32)
+    b = np.array([big if code != O.SUB else -big, -big if code != O.SUB else big, -np.inf if code != O.DIV else np.inf,
+                  0.0], np.float32)
+    with np.errstate(all="ignore"):
+        expected = {O.ADD: a + b, O.SUB: a - b, O.MUL: a * b, O.DIV: a / b}[code]
+    before = np.geterr()
+    with np.errstate(all="raise"):  # the strictest a caller can set: ignored inside the kernel only
+        out = run_op(code, [(T(F32, (4,)), a), (T(F32, (4,)), b), (INT, 0)], [T(F32, (4,))])[0]
+        with pytest.raises(FloatingPointError):
+            np.float32(3e38) * np.float32(10)  # the caller's own setting is back after the kernel
+    np.testing.assert_array_equal(out, expected)
+    assert np.geterr() == before
+
+
 # -- int32 ----------------------------------------------------------------------------------------
 def plain_int(code, a: int, b: int) -> int:
     if code == O.ADD:

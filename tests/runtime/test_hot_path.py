@@ -15,11 +15,11 @@ from mlts.runtime import Compilation, Execution, Memory, MltsError, ResultCode, 
 from mlts.runtime.app.execution import LANE_AFTER_COMPUTES
 
 #: Calls of mlts's own Python functions one compute may make (the Python library's are left out: they
-#: differ between Python versions), measured with margin: mlts-fast 10 and nnapi-reference 22 when this
+#: differ between Python versions), measured with margin: mlts-fast 10 and nnapi-reference 17 when this
 #: was written, through the reusable execution (reusable_lane.py; 33 for nnapi-reference before its
-#: kernels' accessors and the predictor were made inline, 58 and 138 when each compute sent its request,
+#: kernels' accessors, the predictor and the bound graph's checks were made inline, 58 and 138 when each compute sent its request,
 #: 248 and 361 before a request was reused). Lower them when the path gets leaner.
-MAX_CALLS = {"mlts-fast": 13, "nnapi-reference": 26}
+MAX_CALLS = {"mlts-fast": 13, "nnapi-reference": 21}
 MLTS_DIR = os.path.dirname(mlts.__file__)
 
 

@@ -54,6 +54,7 @@ class _BoundOperation(NamedTuple):
     context: OperationContext
     impl: Any
     inputs: list[int]
+    in_values: list  # the context's input values list, refilled in place for each run
     outputs: list[int]
     out_types: list[OperandType]
     shapes: list
@@ -84,19 +85,27 @@ class BoundGraph:
         subgraph = self.graph.model.main
         values: dict[int, Any] = dict(self.graph.constants[0])
         values.update(zip(subgraph.input_indexes, inputs))
-        for ctx, impl, op_inputs, op_outputs, out_types, shapes, checks, drop, where in operations:
+        # Python calls cost about a microsecond each on this path: what they would do is inline here
+        for ctx, impl, op_inputs, in_values, op_outputs, out_types, shapes, checks, drop, where in operations:
             if deadline is not None:
                 between_operations(deadline, checkpoint, ctx.op_index, ctx.code)
             elif checkpoint is not None:  # between_operations without a deadline: the checkpoint alone
                 checkpoint()
-            ctx.rebind(list(map(values.get, op_inputs)))
+            in_values[:] = map(values.get, op_inputs)  # the context's own input values, in place
             try:
                 results = impl.execute(ctx)
             except MltsError:
                 raise
             except Exception as e:
                 raise error_from_exception(e, f"{where} failed") from None
-            if not _as_prepared(results, checks):
+            # the common case, by comparison: a list of arrays of exactly the prepared shapes and dtypes
+            prepared = type(results) is list and len(results) == len(checks)
+            if prepared:
+                for r, (shape, dtype) in zip(results, checks):
+                    if type(r) is not np.ndarray or r.shape != shape or r.dtype != dtype:
+                        prepared = False
+                        break
+            if not prepared:
                 results = checked_results(where, results, shapes, out_types)
             values.update(zip(op_outputs, results))
             for i in drop:
@@ -123,8 +132,10 @@ class BoundGraph:
                 phase="execute", relaxed=graph.model.relax_computation_float32_to_float16,
                 error_code=ResultCode.OP_FAILED)
             context.output_shapes = ctx.output_shapes
+            in_values: list = []
+            context.rebind(in_values)
             bound.append(_BoundOperation(
-                context, impl, list(op.inputs), list(op.outputs), out_types, ctx.output_shapes,
+                context, impl, list(op.inputs), in_values, list(op.outputs), out_types, ctx.output_shapes,
                 [(tuple(shape), t.dtype) for shape, t in zip(ctx.output_shapes, out_types)], drop,
                 f"operation {j} ({op.type.name})"))
         self.operations = bound
@@ -158,11 +169,3 @@ def _reads_constants_only(ctx: _RecordingContext, subgraph) -> bool:
     return True
 
 
-def _as_prepared(results: Any, checks: list[tuple[tuple[int, ...], np.dtype]]) -> bool:
-    """The common case, by comparison: a list of arrays of exactly the prepared shapes and dtypes."""
-    if type(results) is not list or len(results) != len(checks):
-        return False
-    for r, (shape, dtype) in zip(results, checks):
-        if type(r) is not np.ndarray or r.shape != shape or r.dtype != dtype:
-            return False
-    return True
