@@ -347,7 +347,7 @@ def test_unsupported_claims_operations_it_has_no_kernel_for(register):
     m = Model()
     t = OperandType(OperandCode.TENSOR_FLOAT32, (2, 2))
     a, b = m.add_operand(t), m.add_operand(t)
-    m.add_operation(OperationCode.FLOOR, [a], [b])
+    m.add_operation(OperationCode.RANDOM_MULTINOMIAL, [a], [b])  # an operation mlts has no kernel for
     m.identify_inputs_and_outputs([a], [b])
     m.finish()
     _, device = only(register, "unsupported@execute?op=CONV_2D")
@@ -355,7 +355,7 @@ def test_unsupported_claims_operations_it_has_no_kernel_for(register):
     c = compiled(m, [device])  # prepares: it said it could
     with pytest.raises(MltsError) as info:
         run(c, np.ones((2, 2), np.float32))
-    assert info.value.code == ResultCode.OP_FAILED and "operation 0 (FLOOR)" in info.value.message
+    assert info.value.code == ResultCode.OP_FAILED and "operation 0 (RANDOM_MULTINOMIAL)" in info.value.message
 
 
 def test_dynamic_shape_error_surfaces_with_the_reported_shapes(register, model, xy):
