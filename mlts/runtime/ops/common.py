@@ -7,6 +7,9 @@ from .base import OperationContext, Shape
 FLOAT_TYPES = frozenset({OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_FLOAT16})
 QUANT8_TYPES = frozenset({OperandCode.TENSOR_QUANT8_ASYMM, OperandCode.TENSOR_QUANT8_ASYMM_SIGNED})
 FLOAT_AND_QUANT8 = FLOAT_TYPES | QUANT8_TYPES
+FLOAT_QUANT8_AND_INT32 = FLOAT_AND_QUANT8 | {OperandCode.TENSOR_INT32}
+#: the scalar type of a float parameter that goes with each float tensor type (FLOAT16 for TENSOR_FLOAT16)
+FLOAT_SCALAR_OF = {OperandCode.TENSOR_FLOAT32: OperandCode.FLOAT32, OperandCode.TENSOR_FLOAT16: OperandCode.FLOAT16}
 
 
 def broadcast_shape(ctx: OperationContext, a: Shape, b: Shape) -> Shape:
@@ -29,3 +32,15 @@ def check_output_like_input(ctx: OperationContext, i: int = 0, output: int = 0) 
         ctx.check(ctx.output_type(output).code == t_in.code,
                   f"output type {ctx.output_type(output).code.name} must equal input type {t_in.code.name}",
                   output=output)
+
+
+def check_output_dims_like_input(ctx: OperationContext, i: int = 0, output: int = 0) -> None:
+    """Shape-keeping ops: the declared output dimensions agree with input `i`'s wherever both are known
+    (0: unknown; a tensor of rank 0: unknown rank), so a conflict shows at build time even when shape
+    inference has to wait for run time."""
+    t_in, t_out = ctx.input_type(i), ctx.output_type(output)
+    if t_in is None or not t_in.dimensions or not t_out.dimensions:
+        return
+    a, b = t_in.dimensions, t_out.dimensions
+    ctx.check(len(a) == len(b) and all(x == y or x == 0 or y == 0 for x, y in zip(a, b)),
+              f"dimensions {list(b)} do not match input {i}'s dimensions {list(a)}", output=output)

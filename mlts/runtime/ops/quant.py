@@ -148,3 +148,15 @@ def dequantize_array(q: np.ndarray, t: OperandType) -> np.ndarray:
         shape[t.channel_quant.channel_dim] = -1
         return q * np.asarray(t.channel_quant.scales, dtype=np.float64).reshape(shape)
     return (q - t.zero_point) * t.scale
+
+
+def requantize_to_output(q: np.ndarray, t_in: OperandType, t_out: OperandType) -> np.ndarray:
+    """NNAPI's requantize (MAXIMUM, MINIMUM, SELECT): the real value (q - zp_in) * scale_in is formed
+    in float32, divided by the output scale in double, offset by the output zero point, clamped to the
+    type's range and rounded half away from zero. Returns int64 stored values."""
+    if t_in.scale == t_out.scale and t_in.zero_point == t_out.zero_point:
+        return q.astype(np.int64)  # exact: |q - zp| <= 510 keeps the float32 error far below half a step
+    real = (q.astype(np.int32) - np.int32(t_in.zero_point)).astype(np.float32) * np.float32(t_in.scale)
+    value = real.astype(np.float64) / float(np.float32(t_out.scale)) + t_out.zero_point
+    lo, hi = QUANT_RANGE[t_out.code]
+    return round_half_away_array(np.clip(value, lo, hi)).astype(np.int64)
