@@ -13,10 +13,11 @@ import math
 
 import numpy as np
 import pytest
-from onnx import helper
-from onnx.reference import ReferenceEvaluator
 
 from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
+from support.int_reference import (M31, exp_negative, frexp_multiplier, one_over_one_plus, rdbp, reciprocal_q2,
+                                   sat_pot, srdhm)
+from support.onnx_reference import onnx_eval
 from support.op_runner import run_op
 from support.tolerance import assert_cts_close
 
@@ -31,16 +32,6 @@ OUT_QUANT = {OperationCode.LOGISTIC: {U8: (1 / 256, 0), S8: (1 / 256, -128)},
 
 def run1(code, t_in, x, t_out):
     return run_op(code, [(t_in, x)], [t_out])[0]
-
-
-def onnx_eval(op_type, *inputs, **attrs):
-    names = [f"x{i}" for i in range(len(inputs))]
-    vinfo = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-             for n, a in zip(names, inputs)]
-    graph = helper.make_graph([helper.make_node(op_type, names, ["y"], **attrs)], "g", vinfo,
-                              [helper.make_empty_tensor_value_info("y")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))[0]
 
 
 def onnx_activation(code, x32):
@@ -84,66 +75,10 @@ def test_float_extremes():
 
 
 # -- the plain integer reference ------------------------------------------------------------------
-M31 = 1 << 31
-
-
-def srdhm(a: int, b: int) -> int:
-    """Saturating rounding doubling high multiply of two int32 values."""
-    if a == b == -M31:
-        return M31 - 1
-    ab = a * b
-    n = ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30))
-    return n // M31 if n >= 0 else -((-n) // M31)
-
-
-def rdbp(x: int, e: int) -> int:
-    """Round x / 2**e to nearest, ties away from zero."""
-    mask = (1 << e) - 1
-    remainder, threshold = x & mask, (mask >> 1) + (1 if x < 0 else 0)
-    return (x >> e) + (1 if remainder > threshold else 0)
-
-
-def sat_pot(x: int, e: int) -> int:
-    """x * 2**e: rounding for e < 0, saturating to int32 for e > 0."""
-    if e <= 0:
-        return rdbp(x, -e)
-    limit = (1 << (31 - e)) - 1
-    return M31 - 1 if x > limit else -M31 if x < -limit else x << e
-
-
-def exp_negative(a: int, ib: int) -> int:
-    """exp(a) for a <= 0 in Q{ib}; result in Q0."""
-    fb = 31 - ib
-    quarter = 1 << (fb - 2)
-    a_mod = (a & (quarter - 1)) - quarter            # in [-1/4, 0)
-    x = sat_pot(a_mod, ib) + (1 << 28)                 # Q0, shifted by +1/8
-    x2 = srdhm(x, x)
-    x3 = srdhm(x2, x)
-    x4 = srdhm(x2, x2)
-    poly = sat_pot(srdhm(sat_pot(x4, -2) + x3, 715827883) + x2, -1)
-    r = 1895147668 + srdhm(1895147668, x + poly)      # exp(-1/8) * (1 + x + x^2/2 + ...)
-    rem = a_mod - a
-    for k, m in ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535),
-                 (3, 720401), (4, 242)):
-        if ib > k and rem & (1 << (fb + k)):
-            r = srdhm(r, m)
-    return M31 - 1 if a == 0 else r
-
-
-def reciprocal_q2(a: int) -> int:
-    """~2 / (1 + a) in Q2 for a in Q0 [0, 1), by Newton-Raphson on the half denominator."""
-    s = a + M31 - 1
-    h = (s + 1) // 2
-    x = 1515870810 + srdhm(h, -1010580540)
-    for _ in range(3):
-        x = x + sat_pot(srdhm(x, (1 << 29) - srdhm(h, x)), 2)
-    return x
-
-
 def fx_logistic(a: int, ib: int) -> int:
     if a == 0:
         return 1 << 30
-    r = sat_pot(reciprocal_q2(exp_negative(-abs(a), ib)), 1)
+    r = one_over_one_plus(exp_negative(-abs(a), ib))
     return r if a > 0 else (M31 - 1) - r
 
 
@@ -154,18 +89,10 @@ def fx_tanh(a: int, ib: int) -> int:
     return t if a > 0 else -t
 
 
-def multiplier_above_one(real: float) -> tuple[int, int]:
-    m, e = math.frexp(real)
-    q = math.floor(m * M31 + 0.5)
-    if q == M31:
-        q, e = q // 2, e + 1
-    return q, e
-
-
 def reference_quant(code, q_values, scale, zp, signed):
     """Expected stored outputs of quantized LOGISTIC/TANH, element by element in Python ints."""
     scale = float(np.float32(scale))
-    mult, shift = multiplier_above_one(scale * 2**27)
+    mult, shift = frexp_multiplier(scale * 2**27)
     radius = math.floor(15 * 2**27 / 2**shift)
     out = []
     for q in q_values:

@@ -14,11 +14,11 @@ import math
 
 import numpy as np
 import pytest
-from onnx import helper
-from onnx.reference import ReferenceEvaluator
 
-from mlts.runtime import FuseCode, MltsError, OperandCode, OperandType, OperationCode, ResultCode
-from support.op_runner import Const, run_op
+from mlts.runtime import FuseCode, OperandCode, OperandType, OperationCode
+from support.int_reference import multiplier_below_one, rescale
+from support.onnx_reference import onnx_eval
+from support.op_runner import Const, expect_error, run_op
 from support.tolerance import assert_cts_close
 
 F32, F16, I32 = OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_FLOAT16, OperandCode.TENSOR_INT32
@@ -34,16 +34,6 @@ RNG = np.random.default_rng(11)
 
 def binary(code, ta, a, tb, b, fuse, t_out):
     return run_op(code, [(ta, a), (tb, b), (INT, int(fuse))], [t_out])[0]
-
-
-def onnx_eval(op_type, *inputs):
-    names = [f"x{i}" for i in range(len(inputs))]
-    vinfo = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-             for n, a in zip(names, inputs)]
-    graph = helper.make_graph([helper.make_node(op_type, names, ["y"])], "g", vinfo,
-                              [helper.make_empty_tensor_value_info("y")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))[0]
 
 
 def onnx_with_activation(code, a, b, fuse):
@@ -144,36 +134,6 @@ def test_int32_div_floors_and_wraps():
 
 
 # -- quantized: the plain integer reference ---------------------------------------------------------
-M31 = 1 << 31
-
-
-def srdhm(a: int, b: int) -> int:
-    if a == b == -M31:
-        return M31 - 1
-    ab = a * b
-    n = ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30))
-    return n // M31 if n >= 0 else -((-n) // M31)
-
-
-def rdbp(x: int, e: int) -> int:
-    mask = (1 << e) - 1
-    return (x >> e) + (1 if (x & mask) > (mask >> 1) + (1 if x < 0 else 0) else 0)
-
-
-def multiplier_below_one(real: float) -> tuple[int, int]:
-    """(multiplier, shift <= 0) with real ~= multiplier * 2**(shift - 31)."""
-    m, e = math.frexp(real)
-    q = math.floor(m * M31 + 0.5)
-    if q == M31:
-        q, e = q // 2, e + 1
-    assert e <= 0
-    return q, e
-
-
-def rescale(x: int, mult: int, shift: int) -> int:
-    return rdbp(srdhm(x, mult), -shift)
-
-
 def f32(v: float) -> float:
     return float(np.float32(v))
 
@@ -266,13 +226,6 @@ def test_quant_add_cts_vector():
 
 
 # -- validation ------------------------------------------------------------------------------------
-def assert_bad_data(code, inputs, outputs):
-    with pytest.raises(MltsError) as err:
-        run_op(code, inputs, outputs)
-    assert err.value.code == ResultCode.BAD_DATA
-    assert code.name in str(err.value)
-
-
 F = np.zeros((2, 2), np.float32)
 Q = np.zeros((2, 2), np.uint8)
 
@@ -280,24 +233,24 @@ Q = np.zeros((2, 2), np.uint8)
 @pytest.mark.parametrize("code", list(ONNX_OP), ids=lambda c: c.name)
 def test_validation(code):
     tf = T(F32, (2, 2))
-    assert_bad_data(code, [(tf, F), (tf, F)], [tf])
-    assert_bad_data(code, [(tf, F), (T(F16, (2, 2)), F.astype(np.float16)), (INT, 0)], [tf])
-    assert_bad_data(code, [(tf, F), (tf, F), (INT, 0)], [T(F16, (2, 2))])
-    assert_bad_data(code, [(tf, F), (tf, F), (INT, 7)], [tf])
-    assert_bad_data(code, [(tf, F), (T(F32, (3, 2)), np.zeros((3, 2), np.float32)), (INT, 0)], [tf])
+    expect_error(code, [(tf, F), (tf, F)], [tf])
+    expect_error(code, [(tf, F), (T(F16, (2, 2)), F.astype(np.float16)), (INT, 0)], [tf])
+    expect_error(code, [(tf, F), (tf, F), (INT, 0)], [T(F16, (2, 2))])
+    expect_error(code, [(tf, F), (tf, F), (INT, 7)], [tf])
+    expect_error(code, [(tf, F), (T(F32, (3, 2)), np.zeros((3, 2), np.float32)), (INT, 0)], [tf])
     five = T(F32, (1, 1, 1, 2, 2))
-    assert_bad_data(code, [(five, F.reshape(five.dimensions)), (tf, F), (INT, 0)], [five])
+    expect_error(code, [(five, F.reshape(five.dimensions)), (tf, F), (INT, 0)], [five])
     ti = T(I32, (2, 2))
-    assert_bad_data(code, [(ti, F.astype(np.int32)), (ti, F.astype(np.int32)), (INT, 1)], [ti])
+    expect_error(code, [(ti, F.astype(np.int32)), (ti, F.astype(np.int32)), (INT, 1)], [ti])
     tb = T(OperandCode.TENSOR_BOOL8, (2, 2))
-    assert_bad_data(code, [(tb, F.astype(bool)), (tb, F.astype(bool)), (INT, 0)], [tb])
+    expect_error(code, [(tb, F.astype(bool)), (tb, F.astype(bool)), (INT, 0)], [tb])
 
 
 def test_quant_specific_validation():
     tq = T(U8, (2, 2), 0.5, 0)
-    assert_bad_data(O.DIV, [(tq, Q), (tq, Q), (INT, 0)], [tq])
+    expect_error(O.DIV, [(tq, Q), (tq, Q), (INT, 0)], [tq])
     # MUL needs output scale > input1 scale * input2 scale.
-    assert_bad_data(O.MUL, [(tq, Q), (tq, Q), (INT, 0)], [T(U8, (2, 2), 0.25, 0)])
+    expect_error(O.MUL, [(tq, Q), (tq, Q), (INT, 0)], [T(U8, (2, 2), 0.25, 0)])
     ts = T(S8, (2, 2), 0.5, 0)
-    assert_bad_data(O.MUL, [(ts, Q.astype(np.int8)), (ts, Q.astype(np.int8)), (INT, 0)], [T(S8, (2, 2), 0.2, 0)])
-    assert_bad_data(O.ADD, [(tq, Q), (ts, Q.astype(np.int8)), (INT, 0)], [tq])
+    expect_error(O.MUL, [(ts, Q.astype(np.int8)), (ts, Q.astype(np.int8)), (INT, 0)], [T(S8, (2, 2), 0.2, 0)])
+    expect_error(O.ADD, [(tq, Q), (ts, Q.astype(np.int8)), (INT, 0)], [tq])

@@ -13,11 +13,11 @@ import math
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
-from onnx.reference import ReferenceEvaluator
+from onnx import TensorProto
 
 from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
 from mlts.runtime.operand_type import SymmPerChannelQuantParams
+from support.onnx_reference import onnx_eval
 from support.op_runner import run_op
 from support.tolerance import assert_cts_close
 
@@ -35,16 +35,6 @@ NP_TYPE = {F32: np.float32, F16: np.float16, I32: np.int32, U8: np.uint8}
 def _quiet_float16_overflow():
     with np.errstate(over="ignore"):
         yield
-
-
-def onnx_eval(op_type, *inputs, **attrs):
-    names = [f"x{i}" for i in range(len(inputs))]
-    vinfo = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-             for n, a in zip(names, inputs)]
-    graph = helper.make_graph([helper.make_node(op_type, names, ["y"], **attrs)], "g", vinfo,
-                              [helper.make_empty_tensor_value_info("y")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))[0]
 
 
 def make(code, shape, scale=None, zp=0):

@@ -6,8 +6,11 @@ AOSP's V1_2/channel_shuffle.mod.py. Shuffling moves values only, so every type i
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
+from support import op_data
 from support.op_runner import run_op
 
 from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
@@ -23,19 +26,8 @@ CODE_IDS = ["f32", "f16", "u8", "s8"]
 QUANT = {U8: (0.25, 128), S8: (0.25, -3)}
 
 rng = np.random.default_rng(4)
-
-
-def ttype(code, shape):
-    scale, zp = QUANT.get(code, (0.0, 0))
-    return OperandType.tensor(code, shape, scale, zp)
-
-
-def sample(code, shape):
-    if code == U8:
-        return rng.integers(0, 256, size=shape).astype(np.uint8)
-    if code == S8:
-        return rng.integers(-128, 128, size=shape).astype(np.int8)
-    return rng.standard_normal(shape).astype(ttype(code, shape).dtype)
+ttype = partial(op_data.tensor_type, quant=QUANT)
+sample = partial(op_data.random_data, rng)
 
 
 def shuffle_reference(x, groups, axis):

@@ -13,10 +13,9 @@ import warnings
 
 import numpy as np
 import pytest
-from onnx import helper
-from onnx.reference import ReferenceEvaluator
 
 from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from support.onnx_reference import onnx_eval
 from support.op_runner import run_op
 from support.tolerance import assert_cts_close
 
@@ -31,14 +30,6 @@ ONNX_NAME = {OperationCode.ABS: "Abs", OperationCode.EXP: "Exp", OperationCode.L
              OperationCode.FLOOR: "Floor", OperationCode.RSQRT: "Sqrt"}
 UNARY = list(ONNX_NAME)
 POSITIVE_ONLY = {OperationCode.LOG, OperationCode.SQRT, OperationCode.RSQRT}
-
-
-def onnx_eval(op_type, x, **attrs):
-    vinfo = [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)]
-    graph = helper.make_graph([helper.make_node(op_type, ["x"], ["y"], **attrs)], "g", vinfo,
-                              [helper.make_empty_tensor_value_info("y")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    return ReferenceEvaluator(model).run(None, {"x": x})[0]
 
 
 def onnx_expected(code, x):

@@ -6,13 +6,16 @@ has no counterpart, hand values and examples from AOSP's spec files.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
-from support.op_runner import Const, run_op
+from support import op_data
+from support.onnx_reference import onnx_eval
+from support.op_data import int_scalar, int_vec
+from support.op_runner import Const, expect_error, run_op
 
-from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import OperandCode, OperandType, OperationCode, ResultCode
 
 F32 = OperandCode.TENSOR_FLOAT32
 F16 = OperandCode.TENSOR_FLOAT16
@@ -26,49 +29,8 @@ ALL_TYPES = [F32, F16, U8, S8, I32]
 IDS = {F32: "f32", F16: "f16", U8: "u8", S8: "s8", I32: "i32"}
 
 rng = np.random.default_rng(1234)
-
-
-def tensor_type(code, shape):
-    scale, zp = QUANT.get(code, (0.0, 0))
-    return OperandType.tensor(code, shape, scale, zp)
-
-
-def random_data(code, shape):
-    if code in (U8, S8):
-        lo, hi = (0, 255) if code == U8 else (-128, 127)
-        return rng.integers(lo, hi + 1, size=shape).astype(tensor_type(code, shape).dtype)
-    if code == I32:
-        return rng.integers(-1000, 1000, size=shape).astype(np.int32)
-    return rng.standard_normal(shape).astype(tensor_type(code, shape).dtype)
-
-
-def int_vec(values, const=True):
-    v = np.asarray(values, dtype=np.int32)
-    return (OperandType.tensor(I32, v.shape), Const(v) if const else v)
-
-
-def int_scalar(v):
-    return (OperandType.scalar(INT32), v)
-
-
-def onnx_run(op_type, x, consts=(), **attrs):
-    """One ONNX node on `x` in its own dtype, with int64 constant inputs."""
-    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
-    inits = [numpy_helper.from_array(np.asarray(c, dtype=np.int64), f"c{i}") for i, c in enumerate(consts)]
-    node = helper.make_node(op_type, ["x"] + [i.name for i in inits], ["y"], **attrs)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, None)],
-                              [helper.make_tensor_value_info("y", elem, None)], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    return ReferenceEvaluator(model).run(None, {"x": x})[0]
-
-
-def expect_error(code, inputs, outputs, *words, result=ResultCode.BAD_DATA):
-    with pytest.raises(MltsError) as info:
-        run_op(code, inputs, outputs)
-    assert info.value.code == result, str(info.value)
-    assert code.name in str(info.value)
-    for w in words:
-        assert w in str(info.value), str(info.value)
+tensor_type = partial(op_data.tensor_type, quant=QUANT)
+random_data = partial(op_data.random_data, rng)
 
 
 def f32_input(shape):
@@ -86,7 +48,7 @@ GATHER_CASES = [((2, 2), 0, [1, 0]), ((3,), 0, [1]), ((1, 2, 3), -1, [2, 0]), ((
 def test_gather_against_onnx(code, case):
     shape, axis, indices = GATHER_CASES[case]
     x = random_data(code, shape)
-    expected = onnx_run("Gather", x, [indices], axis=axis)
+    expected = onnx_eval("Gather", x, np.array(indices, np.int64), opset=18, axis=axis)
     (y,) = run_op(GATHER, [(tensor_type(code, shape), x), int_scalar(axis), int_vec(indices)],
                   [tensor_type(code, expected.shape)])
     assert y.dtype == x.dtype
@@ -150,7 +112,7 @@ TILE_CASES = [((3,), [2]), ((2, 3), [1, 2]), ((1, 2, 3), [2, 3, 1]), ((2, 1, 3, 
 def test_tile_against_onnx(code, case):
     shape, multiples = TILE_CASES[case]
     x = random_data(code, shape)
-    expected = onnx_run("Tile", x, [multiples])
+    expected = onnx_eval("Tile", x, np.array(multiples, np.int64), opset=18)
     (y,) = run_op(TILE, [(tensor_type(code, shape), x), int_vec(multiples)], [tensor_type(code, expected.shape)])
     assert y.dtype == x.dtype
     np.testing.assert_array_equal(y, expected)
@@ -193,7 +155,7 @@ EXPAND_CASES = [((2, 2), 0), ((2, 2), 1), ((2, 2), 2), ((2, 2), -1), ((2, 2), -3
 def test_expand_dims_against_onnx_unsqueeze(code, case):
     shape, axis = EXPAND_CASES[case]
     x = random_data(code, shape)
-    expected = onnx_run("Unsqueeze", x, [[axis]])
+    expected = onnx_eval("Unsqueeze", x, np.array([axis], np.int64), opset=18)
     (y,) = run_op(EXPAND_DIMS, [(tensor_type(code, shape), x), int_scalar(axis)],
                   [tensor_type(code, expected.shape)])
     assert y.dtype == x.dtype and y.shape == expected.shape

@@ -9,14 +9,12 @@ step of dequantize -> float hard swish -> requantize; the four quantized variant
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
-from onnx import helper
-from onnx.reference import ReferenceEvaluator
 
 from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from support.int_reference import quantize_multiplier_ref
+from support.onnx_reference import onnx_eval
 from support.op_runner import run_op
 from support.tolerance import assert_cts_close
 
@@ -30,11 +28,7 @@ RNG = np.random.default_rng(23)
 
 
 def onnx_hard_swish(x):
-    vinfo = helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-    graph = helper.make_graph([helper.make_node("HardSwish", ["x"], ["y"])], "g", [vinfo],
-                              [helper.make_empty_tensor_value_info("y")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    return ReferenceEvaluator(model).run(None, {"x": x})[0]
+    return onnx_eval("HardSwish", x)
 
 
 def hard_swish(code, t_in, x, t_out):
@@ -111,16 +105,6 @@ def rdbp16(x: int, e: int) -> int:
     mask = to_int16((1 << e) - 1)
     threshold = (mask >> 1) + (1 if x < 0 else 0)
     return to_int16((x >> e) + (1 if (x & mask) > threshold else 0))
-
-
-def quantize_multiplier_ref(real: float) -> tuple[int, int]:
-    if real == 0:
-        return 0, 0
-    m, e = math.frexp(real)
-    q = math.floor(m * 2**31 + 0.5)
-    if q == 2**31:
-        q, e = q // 2, e + 1
-    return (0, 0) if e < -31 else (q, e)
 
 
 def int16_multiplier(m32: int) -> int:

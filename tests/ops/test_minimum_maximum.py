@@ -11,16 +11,13 @@ V1_3/maximum_quant8_signed.mod.py, minimum_quant8_signed.mod.py).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
-from onnx import helper
-from onnx.reference import ReferenceEvaluator
 
-from mlts.runtime import (Compilation, Execution, MltsError, Model, OperandCode, OperandType, OperationCode,
-                          ResultCode, devices)
-from support.op_runner import Const, run_op
+from mlts.runtime import Compilation, Execution, Model, OperandCode, OperandType, OperationCode, devices
+from support.int_reference import requantize_ref
+from support.onnx_reference import onnx_eval
+from support.op_runner import Const, expect_error, run_op
 from support.tolerance import assert_cts_close
 
 F32, F16, I32 = OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_FLOAT16, OperandCode.TENSOR_INT32
@@ -33,16 +30,6 @@ SHAPES = [((2, 3), (2, 3)), ((2, 3), (3,)), ((2, 1, 4), (3, 1)), ((1,), (2, 2, 3
 RANGE = {U8: (0, 255), S8: (-128, 127)}
 DTYPE = {U8: np.uint8, S8: np.int8}
 RNG = np.random.default_rng(5)
-
-
-def onnx_eval(op_type, *inputs):
-    names = [f"x{i}" for i in range(len(inputs))]
-    vinfo = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-             for n, a in zip(names, inputs)]
-    graph = helper.make_graph([helper.make_node(op_type, names, ["y"])], "g", vinfo,
-                              [helper.make_empty_tensor_value_info("y")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))[0]
 
 
 def binary(code, ta, a, tb, b, t_out):
@@ -101,17 +88,6 @@ def test_constant_second_input():
 
 
 # -- quantized --------------------------------------------------------------------------------------
-def requantize_ref(q: int, scale_in: float, zp_in: int, scale_out: float, zp_out: int, lo: int, hi: int) -> int:
-    """One value, as NNAPI's requantize: float32 (q - zp) * scale, then double arithmetic."""
-    real = float(np.float32(q - zp_in) * np.float32(scale_in))
-    v = real / float(np.float32(scale_out)) + zp_out
-    if v < lo:
-        return lo
-    if v > hi:
-        return hi
-    return math.floor(v + 0.5) if v >= 0 else -math.floor(-v + 0.5)
-
-
 def reference_quant(code, a, qa, b, qb, qo, qtype):
     lo, hi = RANGE[qtype]
     pick = max if code == O.MAXIMUM else min
@@ -226,28 +202,19 @@ def test_shape_inference_at_build_and_run_time(code):
     np.testing.assert_array_equal(execution.get_output(0), onnx_eval(ONNX_OP[code], a, b))
 
 
-def assert_bad_data(code, inputs, outputs, *words):
-    with pytest.raises(MltsError) as err:
-        run_op(code, inputs, outputs)
-    assert err.value.code == ResultCode.BAD_DATA
-    assert code.name in str(err.value)
-    for w in words:
-        assert w in str(err.value)
-
-
 F = np.zeros((2, 2), np.float32)
 
 
 @pytest.mark.parametrize("code", OPS, ids=lambda c: c.name)
 def test_validation(code):
     tf = T(F32, (2, 2))
-    assert_bad_data(code, [(tf, F)], [tf], "expected 2 inputs")
-    assert_bad_data(code, [(tf, F), (tf, F), (tf, F)], [tf], "expected 2 inputs")
-    assert_bad_data(code, [(tf, F), (T(F16, (2, 2)), F.astype(np.float16))], [tf], "input 1", "TENSOR_FLOAT16")
-    assert_bad_data(code, [(tf, F), (tf, F)], [T(F16, (2, 2))], "output 0")
+    expect_error(code, [(tf, F)], [tf], "expected 2 inputs")
+    expect_error(code, [(tf, F), (tf, F), (tf, F)], [tf], "expected 2 inputs")
+    expect_error(code, [(tf, F), (T(F16, (2, 2)), F.astype(np.float16))], [tf], "input 1", "TENSOR_FLOAT16")
+    expect_error(code, [(tf, F), (tf, F)], [T(F16, (2, 2))], "output 0")
     tb = T(B8, (2, 2))
-    assert_bad_data(code, [(tb, F.astype(bool)), (tb, F.astype(bool))], [tb], "input 0", "TENSOR_BOOL8")
-    assert_bad_data(code, [(tf, F), (T(F32, (3, 2)), np.zeros((3, 2), np.float32))], [tf], "broadcast")
+    expect_error(code, [(tb, F.astype(bool)), (tb, F.astype(bool))], [tb], "input 0", "TENSOR_BOOL8")
+    expect_error(code, [(tf, F), (T(F32, (3, 2)), np.zeros((3, 2), np.float32))], [tf], "broadcast")
     tq, ts = T(U8, (2, 2), 0.5, 0), T(S8, (2, 2), 0.5, 0)
-    assert_bad_data(code, [(tq, F.astype(np.uint8)), (ts, F.astype(np.int8))], [tq], "input 1")
-    assert_bad_data(code, [(tq, F.astype(np.uint8)), (tq, F.astype(np.uint8))], [ts], "output 0")
+    expect_error(code, [(tq, F.astype(np.uint8)), (ts, F.astype(np.int8))], [tq], "input 1")
+    expect_error(code, [(tq, F.astype(np.uint8)), (tq, F.astype(np.uint8))], [ts], "output 0")

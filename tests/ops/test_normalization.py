@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
-from onnx.reference import ReferenceEvaluator
+from support.int_reference import M31, rdbp, sat_pot, srdhm
+from support.onnx_reference import onnx_eval
 from support.op_runner import run_op
 from support.tolerance import assert_cts_close
 
@@ -29,17 +29,6 @@ FLOAT_SCALAR = {F32: OperandType.scalar(OperandCode.FLOAT32), F16: OperandType.s
 LRN, L2, INSTANCE = (OperationCode.LOCAL_RESPONSE_NORMALIZATION, OperationCode.L2_NORMALIZATION,
                      OperationCode.INSTANCE_NORMALIZATION)
 RNG = np.random.default_rng(2024)
-
-
-def onnx_run(op_type: str, inputs: dict, **attrs) -> np.ndarray:
-    node = helper.make_node(op_type, list(inputs), ["y"], **attrs)
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
-         for name, value in inputs.items()],
-        [helper.make_empty_tensor_value_info("y")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    return ReferenceEvaluator(model).run(None, inputs)[0]
 
 
 def assert_bad_data(code, inputs, outputs, *words):
@@ -85,7 +74,8 @@ def onnx_lrn(x, radius, bias, alpha, beta, axis):
     channels = moved.shape[-1]
     rows = moved.reshape(-1, channels).T.reshape(1, channels, -1, 1)
     size = 2 * radius + 1
-    y = onnx_run("LRN", {"x": np.repeat(rows, channels, axis=0)}, size=size, alpha=alpha * size, beta=beta, bias=bias)
+    y = onnx_eval("LRN", np.repeat(rows, channels, axis=0), opset=18, size=size, alpha=alpha * size, beta=beta,
+                  bias=bias)
     return np.moveaxis(y[0, :, :, 0].T.reshape(moved.shape), -1, axis)
 
 
@@ -183,7 +173,7 @@ def test_l2_float_against_onnx(ftype, shape, axis):
     x = RNG.uniform(-5, 5, shape).astype(np.float16 if ftype == F16 else np.float32)
     out = l2(T(ftype, shape), x, T(ftype, shape), axis)
     assert out.dtype == x.dtype
-    expected = onnx_run("LpNormalization", {"x": x.astype(np.float64)}, axis=-1 if axis is None else axis, p=2)
+    expected = onnx_eval("LpNormalization", x.astype(np.float64), opset=18, axis=-1 if axis is None else axis, p=2)
     assert_cts_close(out, expected, ftype)
 
 
@@ -214,27 +204,6 @@ def test_l2_aosp_spec_examples(ftype):
 
 
 # -- the plain integer reference ----------------------------------------------------------------------
-M31 = 1 << 31
-
-
-def srdhm(a: int, b: int) -> int:
-    if a == b == -M31:
-        return M31 - 1
-    ab = a * b
-    n = ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30))
-    return n // M31 if n >= 0 else -((-n) // M31)
-
-
-def rdbp(x: int, e: int) -> int:
-    mask = (1 << e) - 1
-    return (x >> e) + (1 if (x & mask) > (mask >> 1) + (1 if x < 0 else 0) else 0)
-
-
-def sat_left(x: int, e: int) -> int:
-    limit = (1 << (31 - e)) - 1
-    return M31 - 1 if x > limit else -M31 if x < -limit else x << e
-
-
 def inv_sqrt(s: int) -> tuple[int, int]:
     """(multiplier, right shift) with 1 / sqrt(s) ~= multiplier / 2**(31 + shift)."""
     if s <= 1:
@@ -249,8 +218,8 @@ def inv_sqrt(s: int) -> tuple[int, int]:
     half = rdbp(s >> 1, 1)
     x = 1 << 28                                       # Q3 1.0
     for _ in range(5):
-        x3 = sat_left(srdhm(srdhm(x, x), x), 6)       # Q9 -> Q3
-        x = sat_left(srdhm(3 << 27, x) - srdhm(half, x3), 3)  # Q6 -> Q3
+        x3 = sat_pot(srdhm(srdhm(x, x), x), 6)       # Q9 -> Q3
+        x = sat_pot(srdhm(3 << 27, x) - srdhm(half, x3), 3)  # Q6 -> Q3
     x = srdhm(x, 1518500250)
     if shift < 0:
         x, shift = x << -shift, 0
@@ -386,7 +355,7 @@ def instance_norm(ftype, x, gamma, beta, epsilon, nchw, scalar_type=None, layout
 def onnx_instance_norm(x, gamma, beta, epsilon, nchw):
     data = x.astype(np.float64) if nchw else np.transpose(x, (0, 3, 1, 2)).astype(np.float64)
     channels = data.shape[1]
-    y = onnx_run("InstanceNormalization", {"x": data, "s": np.full(channels, gamma), "b": np.full(channels, beta)},
+    y = onnx_eval("InstanceNormalization", data, np.full(channels, gamma), np.full(channels, beta), opset=18,
                  epsilon=epsilon)
     return y if nchw else np.transpose(y, (0, 2, 3, 1))
 

@@ -12,15 +12,13 @@ V1_3/prelu_quant8_signed.mod.py, V1_2/select_v1_2.mod.py, V1_3/select_quant8_sig
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
-from onnx import helper
-from onnx.reference import ReferenceEvaluator
 
 from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
-from support.op_runner import Const, run_op
+from support.int_reference import quantize_multiplier_ref, requantize_ref, rescale
+from support.onnx_reference import onnx_eval
+from support.op_runner import Const, expect_error, run_op
 from support.tolerance import assert_cts_close
 
 F32, F16, I32 = OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_FLOAT16, OperandCode.TENSOR_INT32
@@ -32,27 +30,8 @@ DTYPE = {U8: np.uint8, S8: np.int8, F32: np.float32, F16: np.float16, I32: np.in
 RNG = np.random.default_rng(17)
 
 
-def onnx_eval(op_type, *inputs):
-    names = [f"x{i}" for i in range(len(inputs))]
-    vinfo = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-             for n, a in zip(names, inputs)]
-    graph = helper.make_graph([helper.make_node(op_type, names, ["y"])], "g", vinfo,
-                              [helper.make_empty_tensor_value_info("y")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))[0]
-
-
 def run1(code, inputs, t_out):
     return run_op(code, inputs, [t_out])[0]
-
-
-def assert_bad_data(code, inputs, outputs, *words):
-    with pytest.raises(MltsError) as err:
-        run_op(code, inputs, outputs)
-    assert err.value.code == ResultCode.BAD_DATA
-    assert code.name in str(err.value)
-    for w in words:
-        assert w in str(err.value)
 
 
 def inferred_dimensions(code, in_types, out_type):
@@ -110,13 +89,13 @@ def test_pow_ieee_special_values_without_warnings():
 def test_pow_validation_and_shapes():
     tf = T(F32, (2, 2))
     F = np.ones((2, 2), np.float32)
-    assert_bad_data(O.POW, [(tf, F)], [tf], "expected 2 inputs")
-    assert_bad_data(O.POW, [(T(I32, (2, 2)), F.astype(np.int32))] * 2, [T(I32, (2, 2))], "input 0", "TENSOR_INT32")
+    expect_error(O.POW, [(tf, F)], [tf], "expected 2 inputs")
+    expect_error(O.POW, [(T(I32, (2, 2)), F.astype(np.int32))] * 2, [T(I32, (2, 2))], "input 0", "TENSOR_INT32")
     tq = T(U8, (2, 2), 0.5, 0)
-    assert_bad_data(O.POW, [(tq, F.astype(np.uint8))] * 2, [tq], "input 0")
-    assert_bad_data(O.POW, [(tf, F), (T(F16, (2, 2)), F.astype(np.float16))], [tf], "input 1")
-    assert_bad_data(O.POW, [(tf, F), (tf, F)], [T(F16, (2, 2))], "output 0")
-    assert_bad_data(O.POW, [(tf, F), (T(F32, (3,)), np.ones(3, np.float32))], [tf], "broadcast")
+    expect_error(O.POW, [(tq, F.astype(np.uint8))] * 2, [tq], "input 0")
+    expect_error(O.POW, [(tf, F), (T(F16, (2, 2)), F.astype(np.float16))], [tf], "input 1")
+    expect_error(O.POW, [(tf, F), (tf, F)], [T(F16, (2, 2))], "output 0")
+    expect_error(O.POW, [(tf, F), (T(F32, (3,)), np.ones(3, np.float32))], [tf], "broadcast")
     assert inferred_dimensions(O.POW, [T(F32, (3, 1)), T(F32, (2, 1, 4))], T(F32, (0, 0, 0))) == (2, 3, 4)
 
 
@@ -153,37 +132,6 @@ def test_prelu_float_special_values_without_warnings():
     assert np.signbit(out[2])
 
 
-M31 = 1 << 31
-
-
-def srdhm(a: int, b: int) -> int:
-    if a == b == -M31:
-        return M31 - 1
-    ab = a * b
-    n = ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30))
-    return n // M31 if n >= 0 else -((-n) // M31)
-
-
-def rdbp(x: int, e: int) -> int:
-    mask = (1 << e) - 1
-    return (x >> e) + (1 if (x & mask) > (mask >> 1) + (1 if x < 0 else 0) else 0)
-
-
-def quantize_multiplier_ref(real: float) -> tuple[int, int]:
-    """(multiplier, shift) with real ~= multiplier * 2**(shift - 31) (TFLite QuantizeMultiplier)."""
-    if real == 0:
-        return 0, 0
-    m, e = math.frexp(real)
-    q = math.floor(m * M31 + 0.5)
-    if q == M31:
-        q, e = q // 2, e + 1
-    return (0, 0) if e < -31 else (q, e)
-
-
-def multiply_ref(x: int, multiplier: int, shift: int) -> int:
-    return rdbp(srdhm(x * (1 << max(shift, 0)), multiplier), max(-shift, 0))
-
-
 def prelu_ref(x, qx, alpha, qa, qo, qtype):
     """Per element: x - zp >= 0 ? rescale(x - zp) : rescale((x - zp) * (alpha - zp_alpha)), plus zp_out."""
     (sx, zx), (sa, za), (so, zo) = qx, qa, qo
@@ -195,7 +143,7 @@ def prelu_ref(x, qx, alpha, qa, qo, qtype):
     out = []
     for v, a in zip(xb.ravel().tolist(), ab.ravel().tolist()):
         c = v - zx
-        r = multiply_ref(c, *pos) if c >= 0 else multiply_ref(c * (a - za), *neg)
+        r = rescale(c, *pos) if c >= 0 else rescale(c * (a - za), *neg)
         out.append(min(max(r + zo, lo), hi))
     return np.array(out).reshape(xb.shape)
 
@@ -254,13 +202,13 @@ def test_prelu_aosp_spec_examples(qtype, params):
 def test_prelu_validation():
     tf = T(F32, (2, 2))
     F = np.ones((2, 2), np.float32)
-    assert_bad_data(O.PRELU, [(tf, F)], [tf], "expected 2 inputs")
-    assert_bad_data(O.PRELU, [(T(I32, (2, 2)), F.astype(np.int32))] * 2, [T(I32, (2, 2))], "input 0", "TENSOR_INT32")
-    assert_bad_data(O.PRELU, [(tf, F), (T(F16, (2, 2)), F.astype(np.float16))], [tf], "input 1")
+    expect_error(O.PRELU, [(tf, F)], [tf], "expected 2 inputs")
+    expect_error(O.PRELU, [(T(I32, (2, 2)), F.astype(np.int32))] * 2, [T(I32, (2, 2))], "input 0", "TENSOR_INT32")
+    expect_error(O.PRELU, [(tf, F), (T(F16, (2, 2)), F.astype(np.float16))], [tf], "input 1")
     tq, ts = T(U8, (2, 2), 0.5, 0), T(S8, (2, 2), 0.5, 0)
-    assert_bad_data(O.PRELU, [(tq, F.astype(np.uint8)), (ts, F.astype(np.int8))], [tq], "input 1")
-    assert_bad_data(O.PRELU, [(tq, F.astype(np.uint8))] * 2, [ts], "output 0")
-    assert_bad_data(O.PRELU, [(tf, F), (T(F32, (3,)), np.ones(3, np.float32))], [tf], "broadcast")
+    expect_error(O.PRELU, [(tq, F.astype(np.uint8)), (ts, F.astype(np.int8))], [tq], "input 1")
+    expect_error(O.PRELU, [(tq, F.astype(np.uint8))] * 2, [ts], "output 0")
+    expect_error(O.PRELU, [(tf, F), (T(F32, (3,)), np.ones(3, np.float32))], [tf], "broadcast")
 
 
 # -- SELECT -----------------------------------------------------------------------------------------
@@ -281,16 +229,6 @@ def test_select_against_onnx_where(code, shape):
     out = run1(O.SELECT, [(T(B8, shape), condition), (T(code, shape), a), (T(code, shape), b)], T(code, shape))
     assert out.dtype == DTYPE[code]
     np.testing.assert_array_equal(out, onnx_eval("Where", condition, a, b))
-
-
-def requantize_ref(q: int, scale_in: float, zp_in: int, scale_out: float, zp_out: int, lo: int, hi: int) -> int:
-    real = float(np.float32(q - zp_in) * np.float32(scale_in))
-    v = real / float(np.float32(scale_out)) + zp_out
-    if v < lo:
-        return lo
-    if v > hi:
-        return hi
-    return math.floor(v + 0.5) if v >= 0 else -math.floor(-v + 0.5)
 
 
 SELECT_PARAMS = {"aosp": ((1.5, 129), (0.5, 127), (1.0, 128)), "same": ((0.5, 100), (0.5, 100), (0.5, 100)),
@@ -353,12 +291,12 @@ def test_select_validation():
     c = np.array([[True, False], [False, True]])
     tf, F = T(F32, shape), np.ones(shape, np.float32)
     tc = T(B8, shape)
-    assert_bad_data(O.SELECT, [(tc, c), (tf, F)], [tf], "expected 3 inputs")
-    assert_bad_data(O.SELECT, [(T(I32, shape), c.astype(np.int32)), (tf, F), (tf, F)], [tf], "input 0")
-    assert_bad_data(O.SELECT, [(tc, c), (tc, c), (tc, c)], [tc], "input 1", "TENSOR_BOOL8")
-    assert_bad_data(O.SELECT, [(tc, c), (tf, F), (T(F16, shape), F.astype(np.float16))], [tf], "input 2")
-    assert_bad_data(O.SELECT, [(tc, c), (tf, F), (tf, F)], [T(I32, shape)], "output 0")
-    assert_bad_data(O.SELECT, [(T(B8, (2, 1)), c[:, :1]), (tf, F), (tf, F)], [tf], "input 0", "condition shape")
-    assert_bad_data(O.SELECT, [(tc, c), (tf, F), (T(F32, (1, 2)), F[:1])], [tf], "input 2", "[1, 2]")
+    expect_error(O.SELECT, [(tc, c), (tf, F)], [tf], "expected 3 inputs")
+    expect_error(O.SELECT, [(T(I32, shape), c.astype(np.int32)), (tf, F), (tf, F)], [tf], "input 0")
+    expect_error(O.SELECT, [(tc, c), (tc, c), (tc, c)], [tc], "input 1", "TENSOR_BOOL8")
+    expect_error(O.SELECT, [(tc, c), (tf, F), (T(F16, shape), F.astype(np.float16))], [tf], "input 2")
+    expect_error(O.SELECT, [(tc, c), (tf, F), (tf, F)], [T(I32, shape)], "output 0")
+    expect_error(O.SELECT, [(T(B8, (2, 1)), c[:, :1]), (tf, F), (tf, F)], [tf], "input 0", "condition shape")
+    expect_error(O.SELECT, [(tc, c), (tf, F), (T(F32, (1, 2)), F[:1])], [tf], "input 2", "[1, 2]")
     tq, ts = T(U8, shape, 0.5, 0), T(S8, shape, 0.5, 0)
-    assert_bad_data(O.SELECT, [(tc, c), (tq, F.astype(np.uint8)), (ts, F.astype(np.int8))], [tq], "input 2")
+    expect_error(O.SELECT, [(tc, c), (tq, F.astype(np.uint8)), (ts, F.astype(np.int8))], [tq], "input 2")

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from support.op_runner import Const, run_op
+from support.op_data import int_vec
+from support.op_runner import Const, expect_error, run_op
 
-from mlts.runtime import (Compilation, Execution, MltsError, Model, OperandCode, OperandType, OperationCode,
-                          ResultCode, SymmPerChannelQuantParams, devices)
+from mlts.runtime import (Compilation, Execution, Model, OperandCode, OperandType, OperationCode, ResultCode,
+                          SymmPerChannelQuantParams, devices)
 
 F32 = OperandCode.TENSOR_FLOAT32
 F16 = OperandCode.TENSOR_FLOAT16
@@ -22,20 +23,6 @@ INT32 = OperandCode.INT32
 RANK, FILL = OperationCode.RANK, OperationCode.FILL
 
 rng = np.random.default_rng(99)
-
-
-def expect_error(code, inputs, outputs, *words, result=ResultCode.BAD_DATA):
-    with pytest.raises(MltsError) as info:
-        run_op(code, inputs, outputs)
-    assert info.value.code == result, str(info.value)
-    assert code.name in str(info.value)
-    for w in words:
-        assert w in str(info.value), str(info.value)
-
-
-def int_vec(values, const=True):
-    v = np.asarray(values, dtype=np.int32)
-    return (OperandType.tensor(I32, v.shape), Const(v) if const else v)
 
 
 # -- RANK -------------------------------------------------------------------------------------------

@@ -6,14 +6,17 @@ back bit-exact, with the input's quantization kept.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
-from support.op_runner import Const, run_op
+from support import op_data
+from support.onnx_reference import onnx_eval
+from support.op_data import int_vec
+from support.op_runner import expect_error, run_op
 from support.tolerance import assert_cts_close
 
-from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import OperandCode, OperandType, OperationCode
 
 F32 = OperandCode.TENSOR_FLOAT32
 F16 = OperandCode.TENSOR_FLOAT16
@@ -23,35 +26,8 @@ I32 = OperandCode.TENSOR_INT32
 QUANT = {U8: (0.5, 120), S8: (0.25, -3)}
 
 rng = np.random.default_rng(77)
-
-
-def onnx_run(op_type, x, *consts, **attrs):
-    """One ONNX node with float input `x` and int64 constant inputs."""
-    inits = [numpy_helper.from_array(np.asarray(c, dtype=np.int64), f"c{i}") for i, c in enumerate(consts)]
-    node = helper.make_node(op_type, ["x"] + [i.name for i in inits], ["y"], **attrs)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    return ReferenceEvaluator(model).run(None, {"x": x.astype(np.float32)})[0]
-
-
-def tensor_type(code, shape):
-    scale, zp = QUANT.get(code, (0.0, 0))
-    return OperandType.tensor(code, shape, scale, zp)
-
-
-def random_data(code, shape):
-    if code in (U8, S8):
-        lo, hi = (0, 255) if code == U8 else (-128, 127)
-        return rng.integers(lo, hi + 1, size=shape).astype(tensor_type(code, shape).dtype)
-    if code == I32:
-        return rng.integers(-1000, 1000, size=shape).astype(np.int32)
-    return rng.standard_normal(shape).astype(tensor_type(code, shape).dtype)
-
-
-def int_vec(values, const=True):
-    v = np.asarray(values, dtype=np.int32)
-    return (OperandType.tensor(I32, v.shape), Const(v) if const else v)
+tensor_type = partial(op_data.tensor_type, quant=QUANT)
+random_data = partial(op_data.random_data, rng)
 
 
 def check_movement(code, x, y, expected_f32):
@@ -74,7 +50,7 @@ RESHAPE_CASES = [((2, 3, 4), (4, 6)), ((2, 3, 4), (-1, 2)), ((1, 2, 2, 3), (3, -
 def test_reshape_against_onnx(code, case):
     shape, target = RESHAPE_CASES[case]
     x = random_data(code, shape)
-    expected = onnx_run("Reshape", x.astype(np.float64), target)
+    expected = onnx_eval("Reshape", x.astype(np.float32), np.array(target, np.int64), opset=18)
     (y,) = run_op(OperationCode.RESHAPE, [(tensor_type(code, shape), x), int_vec(target)],
                   [tensor_type(code, expected.shape)])
     assert y.shape == expected.shape
@@ -98,7 +74,8 @@ SQUEEZE_CASES = [((1, 3, 1, 2), [0]), ((1, 3, 1, 2), [-2, 0]), ((1, 3, 1, 2), No
 def test_squeeze_against_onnx(code, case):
     shape, axes = SQUEEZE_CASES[case]
     x = random_data(code, shape)
-    expected = onnx_run("Squeeze", x.astype(np.float64), *([sorted(set(axes))] if axes is not None else []))
+    onnx_axes = [np.array(sorted(set(axes)), np.int64)] if axes is not None else []
+    expected = onnx_eval("Squeeze", x.astype(np.float32), *onnx_axes, opset=18)
     if expected.ndim == 0:
         expected = expected.reshape(1)   # NNAPI: squeezing every dimension leaves shape [1]
     axes_in = int_vec(axes) if axes is not None else (OperandType.tensor(I32, (1,)), None)
@@ -118,7 +95,7 @@ TRANSPOSE_CASES = [((2, 3), None), ((2, 3, 4), [1, 0, 2]), ((2, 3, 4, 5), [0, 2,
 def test_transpose_against_onnx(code, case):
     shape, perm = TRANSPOSE_CASES[case]
     x = random_data(code, shape)
-    expected = onnx_run("Transpose", x.astype(np.float64), **({"perm": perm} if perm is not None else {}))
+    expected = onnx_eval("Transpose", x.astype(np.float32), opset=18, **({"perm": perm} if perm is not None else {}))
     perm_in = int_vec(perm) if perm is not None else (OperandType.tensor(I32, (len(shape),)), None)
     (y,) = run_op(OperationCode.TRANSPOSE, [(tensor_type(code, shape), x), perm_in],
                   [tensor_type(code, expected.shape)])
@@ -149,51 +126,42 @@ def test_signed_and_unsigned_agree_up_to_offset(op, second):
 
 
 # -- validation -------------------------------------------------------------------------------------
-def expect_bad_data(code, inputs, outputs, *words):
-    with pytest.raises(MltsError) as info:
-        run_op(code, inputs, outputs)
-    assert info.value.code == ResultCode.BAD_DATA
-    assert code.name in str(info.value)
-    for w in words:
-        assert w in str(info.value)
-
-
 def test_reshape_rejects_bad_shapes():
     x = random_data(F32, (2, 3, 4))
     t = tensor_type(F32, x.shape)
-    expect_bad_data(OperationCode.RESHAPE, [(t, x), int_vec([-1, -1])], [OperandType.tensor(F32, (0, 0))], "-1")
-    expect_bad_data(OperationCode.RESHAPE, [(t, x), int_vec([5, 5])], [OperandType.tensor(F32, (5, 5))], "24")
-    expect_bad_data(OperationCode.RESHAPE, [(t, x), int_vec([5, -1])], [OperandType.tensor(F32, (5, 0))])
-    expect_bad_data(OperationCode.RESHAPE, [(t, x), int_vec([[4, 6]])], [OperandType.tensor(F32, (4, 6))], "1-D")
-    expect_bad_data(OperationCode.RESHAPE, [(t, x)], [OperandType.tensor(F32, (4, 6))], "inputs")
+    expect_error(OperationCode.RESHAPE, [(t, x), int_vec([-1, -1])], [OperandType.tensor(F32, (0, 0))], "-1")
+    expect_error(OperationCode.RESHAPE, [(t, x), int_vec([5, 5])], [OperandType.tensor(F32, (5, 5))], "24")
+    expect_error(OperationCode.RESHAPE, [(t, x), int_vec([5, -1])], [OperandType.tensor(F32, (5, 0))])
+    expect_error(OperationCode.RESHAPE, [(t, x), int_vec([[4, 6]])], [OperandType.tensor(F32, (4, 6))], "1-D")
+    expect_error(OperationCode.RESHAPE, [(t, x)], [OperandType.tensor(F32, (4, 6))], "inputs")
 
 
 def test_reshape_rejects_changed_quantization_and_type():
     x = random_data(U8, (2, 3))
     t = tensor_type(U8, x.shape)
-    expect_bad_data(OperationCode.RESHAPE, [(t, x), int_vec([6])], [OperandType.tensor(U8, (6,), 0.5, 121)], "zp")
-    expect_bad_data(OperationCode.RESHAPE, [(t, x), int_vec([6])], [OperandType.tensor(S8, (6,), 0.5, 120)])
+    expect_error(OperationCode.RESHAPE, [(t, x), int_vec([6])], [OperandType.tensor(U8, (6,), 0.5, 121)], "zp")
+    expect_error(OperationCode.RESHAPE, [(t, x), int_vec([6])], [OperandType.tensor(S8, (6,), 0.5, 120)])
 
 
 def test_squeeze_rejects_bad_axes():
     x = random_data(F32, (1, 3, 1))
     t = tensor_type(F32, x.shape)
-    expect_bad_data(OperationCode.SQUEEZE, [(t, x), int_vec([1])], [OperandType.tensor(F32, (1, 1))], "size 3")
-    expect_bad_data(OperationCode.SQUEEZE, [(t, x), int_vec([3])], [OperandType.tensor(F32, (3,))], "out of range")
-    expect_bad_data(OperationCode.SQUEEZE, [(t, x), int_vec([-4])], [OperandType.tensor(F32, (3,))], "out of range")
+    expect_error(OperationCode.SQUEEZE, [(t, x), int_vec([1])], [OperandType.tensor(F32, (1, 1))], "size 3")
+    expect_error(OperationCode.SQUEEZE, [(t, x), int_vec([3])], [OperandType.tensor(F32, (3,))], "out of range")
+    expect_error(OperationCode.SQUEEZE, [(t, x), int_vec([-4])], [OperandType.tensor(F32, (3,))], "out of range")
     q = random_data(U8, (1, 3))
-    expect_bad_data(OperationCode.SQUEEZE, [(tensor_type(U8, q.shape), q), int_vec([0])],
+    expect_error(OperationCode.SQUEEZE, [(tensor_type(U8, q.shape), q), int_vec([0])],
                     [OperandType.tensor(U8, (3,), 0.25, 120)], "scale")
 
 
 def test_transpose_rejects_bad_permutations():
     x = random_data(F32, (2, 3, 4))
     t = tensor_type(F32, x.shape)
-    expect_bad_data(OperationCode.TRANSPOSE, [(t, x), int_vec([0, 0, 1])], [OperandType.tensor(F32, (2, 2, 3))],
+    expect_error(OperationCode.TRANSPOSE, [(t, x), int_vec([0, 0, 1])], [OperandType.tensor(F32, (2, 2, 3))],
                     "permutation")
-    expect_bad_data(OperationCode.TRANSPOSE, [(t, x), int_vec([1, 0])], [OperandType.tensor(F32, (3, 2, 4))],
+    expect_error(OperationCode.TRANSPOSE, [(t, x), int_vec([1, 0])], [OperandType.tensor(F32, (3, 2, 4))],
                     "rank 3")
-    expect_bad_data(OperationCode.TRANSPOSE, [(t, x), int_vec([0, 1, 3])], [OperandType.tensor(F32, (2, 3, 4))])
+    expect_error(OperationCode.TRANSPOSE, [(t, x), int_vec([0, 1, 3])], [OperandType.tensor(F32, (2, 3, 4))])
     x5 = random_data(F32, (1, 1, 1, 1, 2))
-    expect_bad_data(OperationCode.TRANSPOSE, [(tensor_type(F32, x5.shape), x5), int_vec([4, 3, 2, 1, 0])],
+    expect_error(OperationCode.TRANSPOSE, [(tensor_type(F32, x5.shape), x5), int_vec([4, 3, 2, 1, 0])],
                     [OperandType.tensor(F32, (2, 1, 1, 1, 1))], "rank")

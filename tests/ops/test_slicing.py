@@ -6,13 +6,16 @@ indices for shrunk axes) for STRIDED_SLICE with masks, and examples from AOSP's 
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
-from support.op_runner import Const, run_op
+from support import op_data
+from support.onnx_reference import onnx_eval, onnx_outputs
+from support.op_data import int_scalar, int_vec
+from support.op_runner import Const, expect_error, run_op
 
-from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import OperandCode, OperandType, OperationCode, ResultCode
 
 F32 = OperandCode.TENSOR_FLOAT32
 F16 = OperandCode.TENSOR_FLOAT16
@@ -27,57 +30,8 @@ IDS = {F32: "f32", F16: "f16", U8: "u8", S8: "s8", I32: "i32"}
 INT64_MAX = np.iinfo(np.int64).max
 
 rng = np.random.default_rng(2024)
-
-
-def tensor_type(code, shape):
-    scale, zp = QUANT.get(code, (0.0, 0))
-    return OperandType.tensor(code, shape, scale, zp)
-
-
-def random_data(code, shape):
-    if code in (U8, S8):
-        lo, hi = (0, 255) if code == U8 else (-128, 127)
-        return rng.integers(lo, hi + 1, size=shape).astype(tensor_type(code, shape).dtype)
-    if code == I32:
-        return rng.integers(-1000, 1000, size=shape).astype(np.int32)
-    return rng.standard_normal(shape).astype(tensor_type(code, shape).dtype)
-
-
-def int_vec(values, const=True):
-    v = np.asarray(values, dtype=np.int32)
-    return (OperandType.tensor(I32, v.shape), Const(v) if const else v)
-
-
-def int_scalar(v):
-    return (OperandType.scalar(INT32), v)
-
-
-def onnx_run(op_type, x, consts=(), n_outputs=1, **attrs):
-    """One ONNX node on `x` in its own dtype, with int64 constant inputs (None: an empty input name)."""
-    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
-    inits, names = [], ["x"]
-    for i, c in enumerate(consts):
-        if c is None:
-            names.append("")
-            continue
-        inits.append(numpy_helper.from_array(np.asarray(c, dtype=np.int64), f"c{i}"))
-        names.append(f"c{i}")
-    outs = [f"y{k}" for k in range(n_outputs)]
-    node = helper.make_node(op_type, names, outs, **attrs)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, None)],
-                              [helper.make_tensor_value_info(o, elem, None) for o in outs], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    return ReferenceEvaluator(model).run(None, {"x": x})
-
-
-def expect_error(code, inputs, outputs, *words, result=ResultCode.BAD_DATA):
-    with pytest.raises(MltsError) as info:
-        run_op(code, inputs, outputs)
-    assert info.value.code == result, str(info.value)
-    assert code.name in str(info.value)
-    for w in words:
-        assert w in str(info.value), str(info.value)
-    return str(info.value)
+tensor_type = partial(op_data.tensor_type, quant=QUANT)
+random_data = partial(op_data.random_data, rng)
 
 
 def f32_input(shape):
@@ -96,7 +50,7 @@ def test_slice_against_onnx(code, case):
     shape, begin, size = SLICE_CASES[case]
     x = random_data(code, shape)
     ends = [INT64_MAX if s == -1 else b + s for b, s in zip(begin, size)]
-    (expected,) = onnx_run("Slice", x, [begin, ends])
+    expected = onnx_eval("Slice", x, np.array(begin, np.int64), np.array(ends, np.int64), opset=18)
     (y,) = run_op(SLICE, [(tensor_type(code, shape), x), int_vec(begin), int_vec(size)],
                   [tensor_type(code, expected.shape)])
     assert y.dtype == x.dtype
@@ -205,7 +159,8 @@ def test_strided_slice_against_numpy_indexing(code, case):
 def test_strided_slice_against_onnx_slice(case):
     shape, begin, end, strides, *_ = STRIDED_CASES[case]
     x = random_data(F32, shape)
-    (expected,) = onnx_run("Slice", x, [begin, end, list(range(len(shape))), strides])
+    consts = [np.array(c, np.int64) for c in (begin, end, range(len(shape)), strides)]
+    expected = onnx_eval("Slice", x, *consts, opset=18)
     ins = [(tensor_type(F32, shape), x), int_vec(begin), int_vec(end), int_vec(strides),
            int_scalar(0), int_scalar(0), int_scalar(0)]
     (y,) = run_op(STRIDED_SLICE, ins, [tensor_type(F32, expected.shape)])
@@ -288,7 +243,7 @@ SPLIT_CASES = [((6,), 0, 3), ((2, 3), 0, 2), ((2, 2, 2), -2, 2), ((2, 4, 6), 2, 
 def test_split_against_onnx(code, case):
     shape, axis, count = SPLIT_CASES[case]
     x = random_data(code, shape)
-    expected = onnx_run("Split", x, n_outputs=count, axis=axis, num_outputs=count)
+    expected = onnx_outputs("Split", x, n_outputs=count, opset=18, axis=axis, num_outputs=count)
     ys = run_op(SPLIT, [(tensor_type(code, shape), x), int_scalar(axis), int_scalar(count)],
                 [tensor_type(code, e.shape) for e in expected])
     assert len(ys) == count

@@ -12,10 +12,10 @@ import math
 
 import numpy as np
 import pytest
-from onnx import helper
-from onnx.reference import ReferenceEvaluator
 
 from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
+from support.int_reference import M31, exp_negative, frexp_multiplier, one_over_one_plus, rdbp, srdhm
+from support.onnx_reference import onnx_eval
 from support.op_runner import run_op
 from support.tolerance import assert_cts_close
 
@@ -36,11 +36,7 @@ def softmax(t_in, x, beta, t_out, axis=None, beta_type=None):
 
 def onnx_softmax(x, beta, axis):
     x = np.asarray(x, np.float32) * np.float32(beta)
-    graph = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], axis=axis)], "g",
-                              [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)],
-                              [helper.make_empty_tensor_value_info("y")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    return ReferenceEvaluator(model).run(None, {"x": x})[0]
+    return onnx_eval("Softmax", x, axis=axis)
 
 
 RNG = np.random.default_rng(1234)
@@ -72,69 +68,16 @@ def test_float_cts_vector():
 
 
 # -- the plain integer reference ------------------------------------------------------------------
-M31 = 1 << 31
-
-
-def srdhm(a: int, b: int) -> int:
-    if a == b == -M31:
-        return M31 - 1
-    ab = a * b
-    n = ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30))
-    return n // M31 if n >= 0 else -((-n) // M31)
-
-
-def rdbp(x: int, e: int) -> int:
-    mask = (1 << e) - 1
-    return (x >> e) + (1 if (x & mask) > (mask >> 1) + (1 if x < 0 else 0) else 0)
-
-
-def sat_pot(x: int, e: int) -> int:
-    if e <= 0:
-        return rdbp(x, -e)
-    limit = (1 << (31 - e)) - 1
-    return M31 - 1 if x > limit else -M31 if x < -limit else x << e
-
-
-def exp_negative_q5(a: int) -> int:
-    """exp(a) for a <= 0 in Q5.26; result in Q0.31."""
-    fb = 26
-    quarter = 1 << (fb - 2)
-    a_mod = (a & (quarter - 1)) - quarter
-    x = sat_pot(a_mod, 5) + (1 << 28)
-    x2 = srdhm(x, x)
-    x3 = srdhm(x2, x)
-    x4 = srdhm(x2, x2)
-    poly = sat_pot(srdhm(sat_pot(x4, -2) + x3, 715827883) + x2, -1)
-    r = 1895147668 + srdhm(1895147668, x + poly)
-    rem = a_mod - a
-    for k, m in ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535),
-                 (3, 720401), (4, 242)):
-        if rem & (1 << (fb + k)):
-            r = srdhm(r, m)
-    return M31 - 1 if a == 0 else r
-
-
-def one_over_one_plus(a: int) -> int:
-    h = (a + M31 - 1 + 1) // 2
-    x = 1515870810 + srdhm(h, -1010580540)
-    for _ in range(3):
-        x = x + sat_pot(srdhm(x, (1 << 29) - srdhm(h, x)), 2)
-    return sat_pot(x, 1)
-
-
 def reference_row(row, scale: float, beta: float) -> list[int]:
     """NNAPI's quantized softmax of one row of stored values (unsigned result)."""
     real = float(np.float32(beta)) * float(np.float32(scale)) * 2**26
-    m, e = math.frexp(min(real, 2**31 - 1.0))
-    mult = math.floor(m * M31 + 0.5)
-    if mult == M31:
-        mult, e = mult // 2, e + 1
+    mult, e = frexp_multiplier(min(real, 2**31 - 1.0))
     diff_min = -math.floor(31 * 2**26 / 2**e)
     top = max(int(v) for v in row)
     exps = []
     for v in row:
         d = int(v) - top
-        exps.append(exp_negative_q5(srdhm(d << e, mult)) if d >= diff_min else None)
+        exps.append(exp_negative(srdhm(d << e, mult), 5) if d >= diff_min else None)
     total = sum(rdbp(x, 12) for x in exps if x is not None)
     headroom = 32 - total.bit_length()
     reciprocal = one_over_one_plus((total << headroom) - M31)

@@ -7,11 +7,15 @@ type (quantized included) is compared for equality.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
-from support.op_runner import Const, run_op
+from support import op_data
+from support.op_data import int_scalar, int_vec
+from support.op_runner import expect_error, run_op
 
 from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
 
@@ -27,28 +31,8 @@ CODE_IDS = ["f32", "f16", "u8", "s8"]
 QUANT = {U8: (0.5, 3), S8: (0.25, -7)}   # scale, zero point
 
 rng = np.random.default_rng(11)
-
-
-def ttype(code, shape):
-    scale, zp = QUANT.get(code, (0.0, 0))
-    return OperandType.tensor(code, shape, scale, zp)
-
-
-def sample(code, shape):
-    if code == U8:
-        return rng.integers(0, 256, size=shape).astype(np.uint8)
-    if code == S8:
-        return rng.integers(-128, 128, size=shape).astype(np.int8)
-    return rng.standard_normal(shape).astype(ttype(code, shape).dtype)
-
-
-def int_scalar(v):
-    return (OperandType.scalar(OperandCode.INT32), v)
-
-
-def int_tensor(v, const=True):
-    v = np.asarray(v, dtype=np.int32)
-    return (OperandType.tensor(I32, v.shape), Const(v) if const else v)
+ttype = partial(op_data.tensor_type, quant=QUANT)
+sample = partial(op_data.random_data, rng)
 
 
 def layout_inputs(nchw):
@@ -204,7 +188,7 @@ def test_space_to_batch_against_loops(case, code, nchw):
     shape, block, paddings = BATCH_CASES[case]
     x = sample(code, shape)
     expected = space_to_batch_loops(x, block, paddings, fill_of(code))
-    y = run(S2B, code, in_layout(x, nchw), [int_tensor(block), int_tensor(paddings)],
+    y = run(S2B, code, in_layout(x, nchw), [int_vec(block), int_vec(paddings)],
             in_layout(expected, nchw).shape, nchw)
     np.testing.assert_array_equal(y, in_layout(expected, nchw))
 
@@ -217,25 +201,25 @@ def test_batch_to_space_against_loops(case, code, nchw):
     n, h, w, c = shape
     x = sample(code, (n * block[0] * block[1], h, w, c))
     expected = batch_to_space_loops(x, block)
-    y = run(B2S, code, in_layout(x, nchw), [int_tensor(block)], in_layout(expected, nchw).shape, nchw)
+    y = run(B2S, code, in_layout(x, nchw), [int_vec(block)], in_layout(expected, nchw).shape, nchw)
     np.testing.assert_array_equal(y, in_layout(expected, nchw))
 
 
 def test_batch_space_round_trip():
     x = sample(S8, (2, 6, 4, 3))
-    (b,) = run_op(S2B, [(ttype(S8, x.shape), x), int_tensor([3, 2]), int_tensor([[0, 0], [0, 0]])],
+    (b,) = run_op(S2B, [(ttype(S8, x.shape), x), int_vec([3, 2]), int_vec([[0, 0], [0, 0]])],
                   [ttype(S8, (12, 2, 2, 3))])
-    (back,) = run_op(B2S, [(ttype(S8, b.shape), b), int_tensor([3, 2])], [ttype(S8, x.shape)])
+    (back,) = run_op(B2S, [(ttype(S8, b.shape), b), int_vec([3, 2])], [ttype(S8, x.shape)])
     np.testing.assert_array_equal(back, x)
 
 
 def test_aosp_space_to_batch_examples():
     # AOSP V1_2/space_to_batch_v1_2.mod.py test 2 and test 4 (NHWC, float).
     x = np.arange(1, 17, dtype=np.float32).reshape(1, 4, 4, 1)
-    y = run(S2B, F32, x, [int_tensor([2, 2]), int_tensor([[0, 0], [0, 0]])], (4, 2, 2, 1))
+    y = run(S2B, F32, x, [int_vec([2, 2]), int_vec([[0, 0], [0, 0]])], (4, 2, 2, 1))
     np.testing.assert_array_equal(y.ravel(), [1, 3, 9, 11, 2, 4, 10, 12, 5, 7, 13, 15, 6, 8, 14, 16])
     x = np.arange(1, 9, dtype=np.float32).reshape(1, 4, 2, 1)
-    y = run(S2B, F32, x, [int_tensor([3, 2]), int_tensor([[1, 1], [2, 4]])], (6, 2, 4, 1))
+    y = run(S2B, F32, x, [int_vec([3, 2]), int_vec([[1, 1], [2, 4]])], (6, 2, 4, 1))
     np.testing.assert_array_equal(y.ravel(), [0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0,
                                               0, 1, 0, 0, 0, 7, 0, 0, 0, 2, 0, 0, 0, 8, 0, 0,
                                               0, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0])
@@ -245,12 +229,12 @@ def test_aosp_space_to_batch_pads_with_zero_point():
     # AOSP V1_2/space_to_batch_quant8_nonzero.mod.py (zero point 9) and V1_3/space_to_batch_quant8_signed.mod.py
     # (zero point -119): the padding is real zero, i.e. the zero point.
     x = np.arange(1, 11, dtype=np.uint8).reshape(1, 5, 2, 1)
-    (y,) = run_op(S2B, [(OperandType.tensor(U8, x.shape, 1.0, 9), x), int_tensor([3, 2]),
-                        int_tensor([[1, 0], [2, 0]])], [OperandType.tensor(U8, (6, 2, 2, 1), 1.0, 9)])
+    (y,) = run_op(S2B, [(OperandType.tensor(U8, x.shape, 1.0, 9), x), int_vec([3, 2]),
+                        int_vec([[1, 0], [2, 0]])], [OperandType.tensor(U8, (6, 2, 2, 1), 1.0, 9)])
     np.testing.assert_array_equal(y.ravel(), [9, 9, 9, 5, 9, 9, 9, 6, 9, 1, 9, 7, 9, 2, 9, 8, 9, 3, 9, 9, 9, 4, 9, 10])
     x = np.arange(-127, -117, dtype=np.int8).reshape(1, 5, 2, 1)
-    (y,) = run_op(S2B, [(OperandType.tensor(S8, x.shape, 1.0, -119), x), int_tensor([3, 2]),
-                        int_tensor([[1, 0], [2, 0]])], [OperandType.tensor(S8, (6, 2, 2, 1), 1.0, -119)])
+    (y,) = run_op(S2B, [(OperandType.tensor(S8, x.shape, 1.0, -119), x), int_vec([3, 2]),
+                        int_vec([[1, 0], [2, 0]])], [OperandType.tensor(S8, (6, 2, 2, 1), 1.0, -119)])
     np.testing.assert_array_equal(y.ravel(), [-119, -119, -119, -123, -119, -119, -119, -122, -119, -127, -119,
                                               -121, -119, -126, -119, -120, -119, -125, -119, -119, -119, -124,
                                               -119, -118])
@@ -259,7 +243,7 @@ def test_aosp_space_to_batch_pads_with_zero_point():
 def test_aosp_batch_to_space_example():
     # AOSP V1_2/batch_to_space_v1_2.mod.py test 2, in NCHW (AddNchw: [4, 2, 2, 1] -> [4, 1, 2, 2]).
     x = np.arange(1, 17, dtype=np.float16).reshape(4, 2, 2, 1)
-    y = run(B2S, F16, x.transpose(0, 3, 1, 2), [int_tensor([2, 2])], (1, 1, 4, 4), nchw=True)
+    y = run(B2S, F16, x.transpose(0, 3, 1, 2), [int_vec([2, 2])], (1, 1, 4, 4), nchw=True)
     np.testing.assert_array_equal(y.transpose(0, 2, 3, 1).ravel(),
                                   [1, 5, 2, 6, 9, 13, 10, 14, 3, 7, 4, 8, 11, 15, 12, 16])
 
@@ -267,7 +251,7 @@ def test_aosp_batch_to_space_example():
 def test_hand_computed_batch_to_space_nchw():
     # 4 batches of one 1x1 pixel with 2 channels -> one 2x2 image; batch k goes to pixel (k // 2, k % 2).
     x = np.array([[1, 2], [3, 4], [5, 6], [7, 8]], np.float32).reshape(4, 2, 1, 1)
-    y = run(B2S, F32, x, [int_tensor([2, 2])], (1, 2, 2, 2), nchw=True)
+    y = run(B2S, F32, x, [int_vec([2, 2])], (1, 2, 2, 2), nchw=True)
     np.testing.assert_array_equal(y[0, 0], [[1, 3], [5, 7]])
     np.testing.assert_array_equal(y[0, 1], [[2, 4], [6, 8]])
 
@@ -275,8 +259,8 @@ def test_hand_computed_batch_to_space_nchw():
 # -- optional layout and non-constant parameters --------------------------------------------------
 @pytest.mark.parametrize("op, params, out_shape", [
     (D2S, [int_scalar(2)], (1, 4, 4, 2)),
-    (B2S, [int_tensor([2, 2])], (1, 4, 4, 8)),
-    (S2B, [int_tensor([2, 2]), int_tensor([[0, 0], [0, 0]])], (16, 1, 1, 8)),
+    (B2S, [int_vec([2, 2])], (1, 4, 4, 8)),
+    (S2B, [int_vec([2, 2]), int_vec([[0, 0], [0, 0]])], (16, 1, 1, 8)),
 ], ids=["d2s", "b2s", "s2b"])
 def test_layout_flag_as_no_value_means_nhwc(op, params, out_shape):
     x = sample(F32, (1, 2, 2, 8) if op == D2S else (4, 2, 2, 8))
@@ -291,10 +275,10 @@ def test_block_shape_and_paddings_as_model_inputs():
     shape, block, paddings = BATCH_CASES[2]
     x = sample(U8, shape)
     expected = space_to_batch_loops(x, block, paddings, fill_of(U8))
-    y = run(S2B, U8, x, [int_tensor(block, const=False), int_tensor(paddings, const=False)], expected.shape,
+    y = run(S2B, U8, x, [int_vec(block, const=False), int_vec(paddings, const=False)], expected.shape,
             out_dims=(0, 0, 0, 0))
     np.testing.assert_array_equal(y, expected)
-    back = run(B2S, U8, expected, [int_tensor(block, const=False)], None, out_dims=(0, 0, 0, 0))
+    back = run(B2S, U8, expected, [int_vec(block, const=False)], None, out_dims=(0, 0, 0, 0))
     assert back.shape == (1, 6, 8, 2)
 
 
@@ -362,84 +346,75 @@ def test_declared_output_shape_must_match():
 
 
 # -- validation -----------------------------------------------------------------------------------
-def expect_bad_data(op, inputs, outputs, *words):
-    with pytest.raises(MltsError) as info:
-        run_op(op, inputs, outputs)
-    assert info.value.code == ResultCode.BAD_DATA
-    assert op.name in str(info.value)
-    for w in words:
-        assert w in str(info.value), str(info.value)
-
-
 def f32(shape):
     return (ttype(F32, shape), np.zeros(shape, np.float32))
 
 
 def test_rejects_bad_block_size():
-    expect_bad_data(D2S, [f32((1, 2, 2, 8)), int_scalar(0)], [ttype(F32, (1, 2, 2, 8))], "input 1", ">= 1")
-    expect_bad_data(S2D, [f32((1, 2, 2, 8)), int_scalar(-2)], [ttype(F32, (1, 2, 2, 8))], "input 1", ">= 1")
-    expect_bad_data(D2S, [f32((1, 2, 2, 8)), int_scalar(3)], [ttype(F32, (0, 0, 0, 0))], "input 1", "depth 8")
-    expect_bad_data(S2D, [f32((1, 4, 3, 1)), int_scalar(2)], [ttype(F32, (0, 0, 0, 0))], "input 1", "width 3")
-    expect_bad_data(D2S, [f32((1, 2, 2, 8)), (OperandType.scalar(OperandCode.FLOAT32), 2.0)],
+    expect_error(D2S, [f32((1, 2, 2, 8)), int_scalar(0)], [ttype(F32, (1, 2, 2, 8))], "input 1", ">= 1")
+    expect_error(S2D, [f32((1, 2, 2, 8)), int_scalar(-2)], [ttype(F32, (1, 2, 2, 8))], "input 1", ">= 1")
+    expect_error(D2S, [f32((1, 2, 2, 8)), int_scalar(3)], [ttype(F32, (0, 0, 0, 0))], "input 1", "depth 8")
+    expect_error(S2D, [f32((1, 4, 3, 1)), int_scalar(2)], [ttype(F32, (0, 0, 0, 0))], "input 1", "width 3")
+    expect_error(D2S, [f32((1, 2, 2, 8)), (OperandType.scalar(OperandCode.FLOAT32), 2.0)],
                     [ttype(F32, (1, 4, 4, 2))], "input 1", "FLOAT32")
 
 
 def test_rejects_bad_block_shape():
-    expect_bad_data(B2S, [f32((4, 1, 1, 1)), int_tensor([2, 2, 1])], [ttype(F32, (1, 2, 2, 1))], "input 1", "[2]")
-    expect_bad_data(B2S, [f32((4, 1, 1, 1)), int_tensor([[2, 2]])], [ttype(F32, (1, 2, 2, 1))], "input 1", "1-D")
-    expect_bad_data(B2S, [f32((4, 1, 1, 1)), int_tensor([0, 2])], [ttype(F32, (1, 2, 2, 1))], "input 1", ">= 1")
-    expect_bad_data(B2S, [f32((6, 1, 1, 1)), int_tensor([2, 2])], [ttype(F32, (0, 0, 0, 0))], "input 1", "batch 6")
-    expect_bad_data(S2B, [f32((1, 2, 2, 1)), int_tensor([2, -1]), int_tensor([[0, 0], [0, 0]])],
+    expect_error(B2S, [f32((4, 1, 1, 1)), int_vec([2, 2, 1])], [ttype(F32, (1, 2, 2, 1))], "input 1", "[2]")
+    expect_error(B2S, [f32((4, 1, 1, 1)), int_vec([[2, 2]])], [ttype(F32, (1, 2, 2, 1))], "input 1", "1-D")
+    expect_error(B2S, [f32((4, 1, 1, 1)), int_vec([0, 2])], [ttype(F32, (1, 2, 2, 1))], "input 1", ">= 1")
+    expect_error(B2S, [f32((6, 1, 1, 1)), int_vec([2, 2])], [ttype(F32, (0, 0, 0, 0))], "input 1", "batch 6")
+    expect_error(S2B, [f32((1, 2, 2, 1)), int_vec([2, -1]), int_vec([[0, 0], [0, 0]])],
                     [ttype(F32, (0, 0, 0, 0))], "input 1", ">= 1")
-    expect_bad_data(S2B, [f32((1, 3, 2, 1)), int_tensor([2, 2]), int_tensor([[0, 0], [0, 0]])],
+    expect_error(S2B, [f32((1, 3, 2, 1)), int_vec([2, 2]), int_vec([[0, 0], [0, 0]])],
                     [ttype(F32, (0, 0, 0, 0))], "input 1", "padded height 3")
 
 
 def test_rejects_bad_paddings():
-    expect_bad_data(S2B, [f32((1, 2, 2, 1)), int_tensor([2, 2]), int_tensor([[0, 0, 0], [0, 0, 0]])],
+    expect_error(S2B, [f32((1, 2, 2, 1)), int_vec([2, 2]), int_vec([[0, 0, 0], [0, 0, 0]])],
                     [ttype(F32, (0, 0, 0, 0))], "input 2", "[2, 2]")
-    expect_bad_data(S2B, [f32((1, 2, 2, 1)), int_tensor([2, 2]), int_tensor([[0, 0]] * 4)],
+    expect_error(S2B, [f32((1, 2, 2, 1)), int_vec([2, 2]), int_vec([[0, 0]] * 4)],
                     [ttype(F32, (0, 0, 0, 0))], "input 2", "[2, 2]")
-    expect_bad_data(S2B, [f32((1, 2, 2, 1)), int_tensor([2, 2]), int_tensor([0, 0, 0, 0])],
+    expect_error(S2B, [f32((1, 2, 2, 1)), int_vec([2, 2]), int_vec([0, 0, 0, 0])],
                     [ttype(F32, (0, 0, 0, 0))], "input 2", "2-D")
-    expect_bad_data(S2B, [f32((1, 2, 2, 1)), int_tensor([2, 2]), int_tensor([[1, -1], [0, 0]])],
+    expect_error(S2B, [f32((1, 2, 2, 1)), int_vec([2, 2]), int_vec([[1, -1], [0, 0]])],
                     [ttype(F32, (0, 0, 0, 0))], "input 2", ">= 0")
 
 
 def test_rejects_bad_parameters_given_at_run_time():
     # Parameters that are model inputs are checked when the model runs.
     with pytest.raises(MltsError) as info:
-        run_op(S2B, [f32((1, 2, 2, 1)), int_tensor([2, 2]), int_tensor([[1, -1], [0, 0]], const=False)],
+        run_op(S2B, [f32((1, 2, 2, 1)), int_vec([2, 2]), int_vec([[1, -1], [0, 0]], const=False)],
                [ttype(F32, (0, 0, 0, 0))])
     assert "paddings must be >= 0" in str(info.value)
     with pytest.raises(MltsError) as info:
-        run_op(B2S, [f32((6, 1, 1, 1)), int_tensor([2, 2], const=False)], [ttype(F32, (0, 0, 0, 0))])
+        run_op(B2S, [f32((6, 1, 1, 1)), int_vec([2, 2], const=False)], [ttype(F32, (0, 0, 0, 0))])
     assert "must divide the input batch 6" in str(info.value)
 
 
 def test_rejects_bad_tensors_and_counts():
-    expect_bad_data(D2S, [f32((2, 2, 8)), int_scalar(2)], [ttype(F32, (4, 4, 2))], "input 0", "rank 3")
-    expect_bad_data(S2B, [f32((1, 2, 2, 1, 1)), int_tensor([2, 2]), int_tensor([[0, 0], [0, 0]])],
+    expect_error(D2S, [f32((2, 2, 8)), int_scalar(2)], [ttype(F32, (4, 4, 2))], "input 0", "rank 3")
+    expect_error(S2B, [f32((1, 2, 2, 1, 1)), int_vec([2, 2]), int_vec([[0, 0], [0, 0]])],
                     [ttype(F32, (0, 0, 0, 0, 0))], "input 0", "rank 5")
     x = np.zeros((1, 2, 2, 4), np.int32)
-    expect_bad_data(D2S, [(OperandType.tensor(I32, x.shape), x), int_scalar(2)],
+    expect_error(D2S, [(OperandType.tensor(I32, x.shape), x), int_scalar(2)],
                     [OperandType.tensor(I32, (1, 4, 4, 1))], "input 0", "TENSOR_INT32")
-    expect_bad_data(D2S, [f32((1, 2, 2, 4)), int_scalar(2), int_scalar(1)], [ttype(F32, (1, 4, 4, 1))],
+    expect_error(D2S, [f32((1, 2, 2, 4)), int_scalar(2), int_scalar(1)], [ttype(F32, (1, 4, 4, 1))],
                     "input 2", "BOOL")
-    expect_bad_data(D2S, [f32((1, 2, 2, 4))], [ttype(F32, (1, 4, 4, 1))], "inputs")
-    expect_bad_data(S2B, [f32((1, 2, 2, 1)), int_tensor([2, 2])], [ttype(F32, (4, 1, 1, 1))], "3 or 4 inputs")
-    expect_bad_data(B2S, [f32((4, 1, 1, 1)), int_tensor([2, 2]), (BOOL, False), (BOOL, False)],
+    expect_error(D2S, [f32((1, 2, 2, 4))], [ttype(F32, (1, 4, 4, 1))], "inputs")
+    expect_error(S2B, [f32((1, 2, 2, 1)), int_vec([2, 2])], [ttype(F32, (4, 1, 1, 1))], "3 or 4 inputs")
+    expect_error(B2S, [f32((4, 1, 1, 1)), int_vec([2, 2]), (BOOL, False), (BOOL, False)],
                     [ttype(F32, (1, 2, 2, 1))], "2 or 3 inputs")
 
 
 @pytest.mark.parametrize("op, params, in_shape, out_shape", [
     (D2S, [int_scalar(2)], (1, 2, 2, 4), (1, 4, 4, 1)),
     (S2D, [int_scalar(2)], (1, 4, 4, 1), (1, 2, 2, 4)),
-    (B2S, [int_tensor([2, 2])], (4, 1, 1, 1), (1, 2, 2, 1)),
-    (S2B, [int_tensor([2, 2]), int_tensor([[0, 0], [0, 0]])], (1, 2, 2, 1), (4, 1, 1, 1)),
+    (B2S, [int_vec([2, 2])], (4, 1, 1, 1), (1, 2, 2, 1)),
+    (S2B, [int_vec([2, 2]), int_vec([[0, 0], [0, 0]])], (1, 2, 2, 1), (4, 1, 1, 1)),
 ], ids=["d2s", "s2d", "b2s", "s2b"])
 def test_rejects_changed_output_type_or_quantization(op, params, in_shape, out_shape):
     q = (OperandType.tensor(U8, in_shape, 0.5, 3), np.zeros(in_shape, np.uint8))
-    expect_bad_data(op, [q, *params], [OperandType.tensor(U8, out_shape, 0.5, 4)], "output 0", "zp")
-    expect_bad_data(op, [q, *params], [OperandType.tensor(S8, out_shape, 0.5, 3)], "output 0", "TENSOR_QUANT8_ASYMM")
-    expect_bad_data(op, [f32(in_shape), *params], [OperandType.tensor(F16, out_shape)], "output 0", "TENSOR_FLOAT16")
+    expect_error(op, [q, *params], [OperandType.tensor(U8, out_shape, 0.5, 4)], "output 0", "zp")
+    expect_error(op, [q, *params], [OperandType.tensor(S8, out_shape, 0.5, 3)], "output 0", "TENSOR_QUANT8_ASYMM")
+    expect_error(op, [f32(in_shape), *params], [OperandType.tensor(F16, out_shape)], "output 0", "TENSOR_FLOAT16")

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+import pytest
 
-from mlts.runtime import OperandType, OperationCode
+from mlts.runtime import MltsError, OperandType, OperationCode, ResultCode
 
 
 @dataclass
@@ -50,3 +51,15 @@ def run_op(code: OperationCode, inputs: Sequence[tuple[OperandType, Any]], outpu
         execution.set_input(i, arr)
     execution.compute()
     return [execution.get_output(i) for i in range(len(outputs))]
+
+
+def expect_error(code: OperationCode, inputs: Sequence[tuple[OperandType, Any]], outputs: Sequence[OperandType],
+                 *words: str, result: ResultCode = ResultCode.BAD_DATA) -> str:
+    """run_op must fail with `result`, its message naming the operation and every one of `words`."""
+    with pytest.raises(MltsError) as info:
+        run_op(code, inputs, outputs)
+    assert info.value.code == result, str(info.value)
+    assert code.name in str(info.value)
+    for w in words:
+        assert w in str(info.value), str(info.value)
+    return str(info.value)
