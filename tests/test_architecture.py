@@ -25,7 +25,8 @@ FORBIDDEN = {
     R + "cpu": [R + "app", R + "drivers", R + "service"],
     R + "drivers": [R + "app", R + "service"],
     R + "service": [R + "app"],
-    "mlts.runtime": ["mlts.benchmark", "mlts.stress", "mlts.report", "mlts.models", "mlts.datasets", "mlts.cli"],
+    "mlts.runtime": ["mlts.benchmark", "mlts.stress", "mlts.report", "mlts.models", "mlts.datasets", "mlts.cli",
+                     "mlts.conformance"],
     "mlts": ["mlts.cli"],
 }
 

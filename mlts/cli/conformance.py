@@ -1,8 +1,10 @@
-"""`mlts conformance`: the NNAPI 1.3 conformance tests of the stress suite, driver by driver; the same
-run as `mlts stress --tests conformance`, with the options the two share."""
+"""`mlts conformance`: the NNAPI 1.3 conformance tests of the stress suite, driver by driver (the same
+run as `mlts stress --tests conformance`, with the options the two share), or, with `--suite nnapi-cts`,
+NNAPI's generated CTS test vectors on every driver (mlts.conformance.nnapi_cts)."""
 from __future__ import annotations
 
 import argparse
+import os
 
 from mlts.runtime import MltsError, ResultCode
 
@@ -30,13 +32,28 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tests", action="append", metavar="NAMES",
                    help="only these conformance tests (comma-separated, repeatable)")
+    p.add_argument("--suite", choices=("stress", "nnapi-cts"), default="stress",
+                   help="stress: the conformance tests above (default); nnapi-cts: NNAPI's generated test "
+                        "vectors (AOSP runtime/test/specs V1_0..V1_3), every case on every driver "
+                        "(nnapi-reference included), pass / fail / n/a (operation declined) / error")
+    p.add_argument("--ops", action="append", metavar="OPS",
+                   help="nnapi-cts: only cases testing these operations (comma-separated, repeatable)")
+    p.add_argument("--case", action="append", metavar="NAMES",
+                   help="nnapi-cts: only these cases (comma-separated, repeatable), each printed in detail")
+    p.add_argument("--spec-dirs", action="append", metavar="DIRS",
+                   help="nnapi-cts: only cases from these spec directories (V1_0, V1_1, V1_2, V1_3, V1_3_cts_only)")
+    p.add_argument("--no-dynamic", action="store_true",
+                   help="nnapi-cts: skip the dynamic-output-shape variant of each case")
     add_run_options(p)
     p.set_defaults(func=run)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    """`mlts conformance` = `mlts stress --tests conformance` (or the named conformance tests)."""
+    """`mlts conformance` = `mlts stress --tests conformance` (or the named conformance tests); with
+    --suite nnapi-cts, NNAPI's generated test vectors."""
+    if getattr(args, "suite", "stress") == "nnapi-cts":
+        return run_nnapi_cts(args)
     from mlts.stress.catalog import CONFORMANCE_TESTS, select_tests
 
     names = split_names(args.tests) or ["conformance"]
@@ -48,3 +65,83 @@ def run(args: argparse.Namespace) -> int:
     args.tests, args.quick, args.duration_scale, args.replay = names, False, 1.0, None
     args.no_all_devices = True  # conformance tests check drivers one by one
     return run_stress(args)
+
+
+def _cts_devices(args: argparse.Namespace) -> list:
+    from mlts.runtime import devices
+
+    from .options import register_cli_drivers
+
+    register_cli_drivers(args)
+    available = list(devices())
+    names = split_names(args.drivers)
+    if not names:
+        return available
+    by_name = {d.name: d for d in available}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise MltsError(ResultCode.BAD_DATA, f"--drivers: no device named {', '.join(unknown)} "
+                                             f"(available: {', '.join(by_name)})")
+    return [by_name[n] for n in names]
+
+
+def _print_cts_summary(results, spec_dirs_of: dict[str, str]) -> None:
+    from mlts.conformance.nnapi_cts.suite import summarize
+
+    table = summarize(results)
+    width = min(max([len(op) for _, op in table] + [9]), 40)  # long model names overflow
+    for device in dict.fromkeys(dev for dev, _ in table):
+        rows = sorted((op, counts) for (dev, op), counts in table.items() if dev == device)
+        total = {k: sum(c[k] for _, c in rows) for k in ("pass", "fail", "n/a", "error")}
+        print(f"\n{device}: {total['pass']} pass, {total['fail']} fail, {total['n/a']} n/a, {total['error']} error")
+        print(f"  {'operation':<{width}}  {'pass':>6} {'fail':>6} {'n/a':>6} {'error':>6}")
+        for op, c in rows:
+            print(f"  {op:<{width}}  {c['pass']:>6} {c['fail']:>6} {c['n/a']:>6} {c['error']:>6}")
+    bad = [r for r in results if r.status in ("fail", "error")]
+    if bad:
+        print(f"\nfailing cases ({len(bad)}; replay one with `mlts conformance --suite nnapi-cts --case NAME`):")
+        for r in bad:
+            print(f"  {r.status:<5} {r.device} {spec_dirs_of.get(r.case, '')}/{r.case} [{r.variant}] {r.operation}: "
+                  f"{r.detail}")
+
+
+def run_nnapi_cts(args: argparse.Namespace) -> int:
+    """NNAPI's generated test vectors on the chosen drivers; 1 when a case failed or errored."""
+    import sys
+    import time
+
+    from mlts.benchmark.records import new_run_dir
+    from mlts.conformance.nnapi_cts import store, suite
+
+    cases = suite.select_cases(store.load_cases(split_names(args.spec_dirs) or store.SPEC_DIRS),
+                               ops=split_names(args.ops), names=split_names(args.case))
+    if not cases:
+        raise MltsError(ResultCode.BAD_DATA, "nnapi-cts: no case matches --ops / --case / --spec-dirs")
+    if args.list:
+        for c in cases:
+            print(f"{c.spec_dir}/{c.name}  {c.operation}{'  (expected to fail)' if c.expect_failure else ''}")
+        return 0
+    devices = _cts_devices(args)
+    run_dir = args.out or str(new_run_dir())
+    os.makedirs(run_dir, exist_ok=True)
+    results_path = os.path.join(run_dir, "results.jsonl")
+    detailed = bool(args.case)
+    total = sum(len(suite.variants_of(c, not args.no_dynamic)) for c in cases) * len(devices)
+    print(f"mlts conformance: nnapi-cts: {len(cases)} cases, {total} runs on {', '.join(d.name for d in devices)}; "
+          f"results in {results_path}", file=sys.stderr, flush=True)
+    done = [0]
+
+    def progress(r) -> None:
+        done[0] += 1
+        if detailed:
+            print(f"{r.status:<5} {r.device} {r.case} [{r.variant}] {r.operation} {r.seconds:.3f}s"
+                  + (f": {r.detail}" if r.detail else ""))
+        elif done[0] % 1000 == 0:
+            print(f"mlts conformance: nnapi-cts: {done[0]}/{total}", file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    results = suite.run_suite(cases, devices, dynamic=not args.no_dynamic, results_path=results_path,
+                              on_result=progress)
+    _print_cts_summary(results, {c.name: c.spec_dir for c in cases})
+    print(f"\n{len(results)} runs in {time.perf_counter() - started:.1f} s; results: {results_path}")
+    return 1 if any(r.status in ("fail", "error") for r in results) else 0

@@ -1,0 +1,1 @@
+"""Conformance suites that run published test vectors on any driver (see nnapi_cts)."""

@@ -1,0 +1,5 @@
+"""NNAPI's generated CTS/VTS test vectors (AOSP runtime/test/specs) as an mlts conformance suite.
+
+spec_dsl executes the spec files (build time, by tools/convert_nnapi_specs.py), store reads and writes the
+committed data set under vectors/, suite builds each case through mlts.runtime and compares as NNAPI's
+TestHarness does."""
