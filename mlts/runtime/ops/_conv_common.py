@@ -427,3 +427,20 @@ def input_hwc(dims: Shape, nchw: bool) -> tuple[int, int, int]:
     if nchw:
         return dims[2], dims[3], dims[1]
     return dims[1], dims[2], dims[3]
+
+
+def checked_conv_shapes(ctx: OperationContext, layout: int) -> tuple[Shape, Shape, bool, tuple[int, int, int]]:
+    """A convolution-like operation's input and filter shapes (rank 4, the filter's first dimension the
+    output channels, a rank-1 bias with one value per output channel), its layout (the BOOL input
+    `layout`) and the input's (height, width, channels), checked at prepare: only the batch may be 0."""
+    in_shape, f_shape, b_shape = ctx.input_shape(0), ctx.input_shape(1), ctx.input_shape(2)
+    ctx.check(len(in_shape) == 4, f"input must have rank 4, got {len(in_shape)}", input=0)
+    ctx.check(len(f_shape) == 4, f"filter must have rank 4, got {len(f_shape)}", input=1)
+    ctx.check(len(b_shape) == 1, f"bias must have rank 1, got {len(b_shape)}", input=2)
+    nchw = bool(ctx.scalar(layout))
+    in_hwc = input_hwc(in_shape, nchw)
+    ctx.check(min(in_hwc) > 0, f"input dimensions {list(in_shape)}: only the batch may be 0", input=0)
+    ctx.check(min(f_shape) > 0, f"filter dimensions {list(f_shape)} must be > 0", input=1)
+    ctx.check(b_shape[0] == f_shape[0],
+              f"bias has {b_shape[0]} elements but the filter has {f_shape[0]} output channels", input=2)
+    return in_shape, f_shape, nchw, in_hwc

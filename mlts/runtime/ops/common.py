@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..enums import OperandCode
-from .base import OperationContext, Shape
+from .base import Operation, OperationContext, Shape
 
 FLOAT_TYPES = frozenset({OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_FLOAT16})
 QUANT8_TYPES = frozenset({OperandCode.TENSOR_QUANT8_ASYMM, OperandCode.TENSOR_QUANT8_ASYMM_SIGNED})
@@ -44,3 +44,17 @@ def check_output_dims_like_input(ctx: OperationContext, i: int = 0, output: int 
     a, b = t_in.dimensions, t_out.dimensions
     ctx.check(len(a) == len(b) and all(x == y or x == 0 or y == 0 for x, y in zip(a, b)),
               f"dimensions {list(b)} do not match input {i}'s dimensions {list(a)}", output=output)
+
+
+class BroadcastBinary(Operation):
+    """Two inputs of one type code (among `supported_types`), an output of that code, its shape NNAPI's
+    broadcast of the inputs' (MAXIMUM, MINIMUM, POW, PRELU)."""
+
+    def validate(self, ctx: OperationContext) -> None:
+        ctx.check_counts(2, 1)
+        ctx.check_input_type(0, self.supported_types)
+        ctx.check_input_type(1, ctx.input_code(0))
+        check_output_like_input(ctx)
+
+    def prepare(self, ctx: OperationContext) -> list[Shape]:
+        return [broadcast_shape(ctx, ctx.input_shape(0), ctx.input_shape(1))]

@@ -93,16 +93,8 @@ class GroupedConv2D(Operation):
 
     def _setup(self, ctx: OperationContext) -> tuple[cc.ConvParams, int, tuple[int, int], Shape]:
         lay, groups_i = grouped_layout(ctx)
-        in_shape, f_shape, b_shape = ctx.input_shape(0), ctx.input_shape(1), ctx.input_shape(2)
-        ctx.check(len(in_shape) == 4, f"input must have rank 4, got {len(in_shape)}", input=0)
-        ctx.check(len(f_shape) == 4, f"filter must have rank 4, got {len(f_shape)}", input=1)
-        ctx.check(len(b_shape) == 1, f"bias must have rank 1, got {len(b_shape)}", input=2)
-        nchw = bool(ctx.scalar(lay.layout))
-        in_h, in_w, in_c = cc.input_hwc(in_shape, nchw)
-        ctx.check(in_h > 0 and in_w > 0 and in_c > 0, f"input dimensions {list(in_shape)}: only the batch may be 0",
-                  input=0)
+        in_shape, f_shape, nchw, (in_h, in_w, in_c) = cc.checked_conv_shapes(ctx, lay.layout)
         out_c, f_h, f_w, f_c = f_shape
-        ctx.check(min(f_shape) > 0, f"filter dimensions {list(f_shape)} must be > 0", input=1)
         groups = int(ctx.scalar(groups_i))
         ctx.check(groups > 0, f"num_groups must be > 0, got {groups}", input=groups_i)
         ctx.check(in_c == f_c * groups,
@@ -110,8 +102,6 @@ class GroupedConv2D(Operation):
                   input=1)
         ctx.check(out_c % groups == 0,
                   f"filter's {out_c} output channels are not a multiple of num_groups {groups}", input=1)
-        ctx.check(b_shape[0] == out_c, f"bias has {b_shape[0]} elements but the filter has {out_c} output channels",
-                  input=2)
         p = cc.read_params(ctx, lay, (in_h, in_w), (f_h, f_w))
         out_hw = cc.spatial_output(ctx, p, (in_h, in_w), (f_h, f_w))
         n = in_shape[0]

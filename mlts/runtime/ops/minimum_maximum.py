@@ -13,22 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..enums import OperationCode
-from .base import Operation, OperationContext, Shape
-from .common import FLOAT_QUANT8_AND_INT32, QUANT8_TYPES, broadcast_shape, check_output_like_input
+from .base import OperationContext
+from .common import FLOAT_QUANT8_AND_INT32, QUANT8_TYPES, BroadcastBinary
 from .quant import requantize_to_output
 from .registry import register
 
-class _MaximumMinimum(Operation):
+class _MaximumMinimum(BroadcastBinary):
     supported_types = FLOAT_QUANT8_AND_INT32
-
-    def validate(self, ctx: OperationContext) -> None:
-        ctx.check_counts(2, 1)
-        ctx.check_input_type(0, self.supported_types)
-        ctx.check_input_type(1, ctx.input_code(0))
-        check_output_like_input(ctx)
-
-    def prepare(self, ctx: OperationContext) -> list[Shape]:
-        return [broadcast_shape(ctx, ctx.input_shape(0), ctx.input_shape(1))]
 
     def execute(self, ctx: OperationContext) -> list[np.ndarray]:
         a, b = ctx.input(0), ctx.input(1)

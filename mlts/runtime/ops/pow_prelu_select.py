@@ -21,7 +21,7 @@ import numpy as np
 from ..enums import OperandCode, OperationCode
 from ._fp_errors import ignoring_fp_errors
 from .base import Operation, OperationContext, Shape
-from .common import (FLOAT_AND_QUANT8, FLOAT_QUANT8_AND_INT32, FLOAT_TYPES, QUANT8_TYPES, broadcast_shape,
+from .common import (FLOAT_AND_QUANT8, FLOAT_QUANT8_AND_INT32, FLOAT_TYPES, QUANT8_TYPES, BroadcastBinary,
                      check_output_like_input)
 from .quant import QUANT_RANGE, multiply_by_quantized_multiplier, quantize_multiplier, requantize_to_output
 from .registry import register
@@ -33,21 +33,8 @@ def _wider(dtype: np.dtype) -> type:
     return np.float32 if dtype == np.float16 else np.float64
 
 
-class _BroadcastBinary(Operation):
-    """Two inputs of one type code, output of that code, shape = NNAPI broadcast of the inputs."""
-
-    def validate(self, ctx: OperationContext) -> None:
-        ctx.check_counts(2, 1)
-        ctx.check_input_type(0, self.supported_types)
-        ctx.check_input_type(1, ctx.input_code(0))
-        check_output_like_input(ctx)
-
-    def prepare(self, ctx: OperationContext) -> list[Shape]:
-        return [broadcast_shape(ctx, ctx.input_shape(0), ctx.input_shape(1))]
-
-
 @register
-class Pow(_BroadcastBinary):
+class Pow(BroadcastBinary):
     code = OperationCode.POW
     supported_types = FLOAT_TYPES
 
@@ -70,7 +57,7 @@ def prelu_multipliers(input_scale: float, alpha_scale: float, output_scale: floa
 
 
 @register
-class Prelu(_BroadcastBinary):
+class Prelu(BroadcastBinary):
     code = OperationCode.PRELU
     supported_types = FLOAT_AND_QUANT8
 

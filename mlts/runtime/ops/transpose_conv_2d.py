@@ -165,19 +165,9 @@ class TransposeConv2D(Operation):
 
     def _setup(self, ctx: OperationContext) -> tuple[cc.ConvParams, tuple[int, int], Shape]:
         lay = transpose_layout(ctx)
-        in_shape, f_shape, b_shape = ctx.input_shape(0), ctx.input_shape(1), ctx.input_shape(2)
-        ctx.check(len(in_shape) == 4, f"input must have rank 4, got {len(in_shape)}", input=0)
-        ctx.check(len(f_shape) == 4, f"filter must have rank 4, got {len(f_shape)}", input=1)
-        ctx.check(len(b_shape) == 1, f"bias must have rank 1, got {len(b_shape)}", input=2)
-        nchw = bool(ctx.scalar(lay.layout))
-        in_h, in_w, in_c = cc.input_hwc(in_shape, nchw)
-        ctx.check(in_h > 0 and in_w > 0 and in_c > 0, f"input dimensions {list(in_shape)}: only the batch may be 0",
-                  input=0)
+        in_shape, f_shape, nchw, (in_h, in_w, in_c) = cc.checked_conv_shapes(ctx, lay.layout)
         out_c, f_h, f_w, f_c = f_shape
-        ctx.check(min(f_shape) > 0, f"filter dimensions {list(f_shape)} must be > 0", input=1)
         ctx.check(f_c == in_c, f"filter has {f_c} input channels but the input has {in_c}", input=1)
-        ctx.check(b_shape[0] == out_c, f"bias has {b_shape[0]} elements but the filter has {out_c} output channels",
-                  input=2)
         p = self._read_params(ctx, lay, (f_h, f_w))
         out_h = transpose_out_size(in_h, f_h, p.stride_h, p.pad_top, p.pad_bottom)
         out_w = transpose_out_size(in_w, f_w, p.stride_w, p.pad_left, p.pad_right)
