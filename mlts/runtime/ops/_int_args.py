@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..enums import OperandCode
-from .base import OperationContext
+from .base import OperationContext, Shape
 
 
 def check_int_tensor(ctx: OperationContext, i: int, rank: int, *, optional: bool = False) -> None:
@@ -50,3 +50,21 @@ def validate_data_movement(ctx: OperationContext, supported) -> np.ndarray | Non
     ctx.check_input_rank(0, max_rank=4)
     ctx.check_same_quantization(0, output=0)
     return known_ints(ctx, 1)
+
+
+def reduction_axes(ctx: OperationContext, i: int, rank: int, *, empty_means_all: bool = False) -> tuple[int, ...]:
+    """The sorted, distinct, non-negative axes held by 1-D TENSOR_INT32 input `i` (run time or
+    constant); ValueUnknown at build time when they are not known yet. An empty list reduces nothing
+    (REDUCE_*), or every axis with `empty_means_all` (MEAN)."""
+    axes = require_ints(ctx, i)
+    ctx.check(axes.ndim == 1, f"axes must be a 1-D tensor, got rank {axes.ndim}", input=i)
+    if axes.size == 0 and empty_means_all:
+        return tuple(range(rank))
+    return tuple(sorted(set(resolve_axes(ctx, i, axes, rank))))
+
+
+def reduced_shape(shape: Shape, axes: tuple[int, ...], keep_dims: bool) -> Shape:
+    """Reduced dimensions become 1 (keep_dims) or disappear; nothing left gives [1], as NNAPI does."""
+    if keep_dims:
+        return tuple(1 if d in axes else s for d, s in enumerate(shape))
+    return tuple(s for d, s in enumerate(shape) if d not in axes) or (1,)

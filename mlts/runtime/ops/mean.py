@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..enums import OperandCode, OperationCode
-from ._int_args import check_int_tensor, known_ints, require_ints, resolve_axes
+from ._int_args import check_int_tensor, known_ints, reduced_shape, reduction_axes, resolve_axes
 from .base import Operation, OperationContext, Shape
 from .common import FLOAT_AND_QUANT8, QUANT8_TYPES
 from .quant import QUANT_RANGE, multiply_by_quantized_multiplier, quantize_multiplier
@@ -43,24 +43,14 @@ class Mean(Operation):
         if axes is not None and rank is not None:
             resolve_axes(ctx, 1, axes, rank)
 
-    def _axes(self, ctx: OperationContext, rank: int) -> list[int]:
-        axes = require_ints(ctx, 1)
-        ctx.check(axes.ndim == 1, f"axes must be a 1-D tensor, got rank {axes.ndim}", input=1)
-        if axes.size == 0:
-            return list(range(rank))
-        return sorted(set(resolve_axes(ctx, 1, axes, rank)))
-
     def prepare(self, ctx: OperationContext) -> list[Shape]:
         shape = ctx.input_shape(0)
         ctx.check(len(shape) <= 4, f"rank {len(shape)} exceeds the maximum of 4", input=0)
-        axes = self._axes(ctx, len(shape))
-        if ctx.scalar(2) > 0:
-            return [tuple(1 if d in axes else s for d, s in enumerate(shape))]
-        return [tuple(s for d, s in enumerate(shape) if d not in axes) or (1,)]
+        return [reduced_shape(shape, reduction_axes(ctx, 1, len(shape), empty_means_all=True), ctx.scalar(2) > 0)]
 
     def execute(self, ctx: OperationContext) -> list[np.ndarray]:
         x = ctx.input(0)
-        axes = tuple(self._axes(ctx, x.ndim))
+        axes = reduction_axes(ctx, 1, x.ndim, empty_means_all=True)
         out_shape = self.prepare(ctx)[0]
         t_in, t_out = ctx.input_type(0), ctx.output_type(0)
         count = math.prod(x.shape[a] for a in axes)

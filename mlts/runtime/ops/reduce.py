@@ -19,28 +19,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..enums import OperandCode, OperationCode
-from ._int_args import check_int_tensor, known_ints, require_ints, resolve_axes
+from ._int_args import check_int_tensor, known_ints, reduced_shape, reduction_axes, resolve_axes
 from .base import Operation, OperationContext, Shape
 from .common import FLOAT_AND_QUANT8, FLOAT_TYPES, QUANT8_TYPES
 from .registry import register
 
 MAX_RANK = 4
 BOOL8_TYPES = frozenset({OperandCode.TENSOR_BOOL8})
-
-
-def reduction_axes(ctx: OperationContext, i: int, rank: int) -> tuple[int, ...]:
-    """The sorted, distinct, non-negative axes held by 1-D TENSOR_INT32 input `i` (run time or
-    constant); ValueUnknown at build time when they are not known yet."""
-    axes = require_ints(ctx, i)
-    ctx.check(axes.ndim == 1, f"axes must be a 1-D tensor, got rank {axes.ndim}", input=i)
-    return tuple(sorted(set(resolve_axes(ctx, i, axes, rank))))
-
-
-def reduced_shape(shape: Shape, axes: tuple[int, ...], keep_dims: bool) -> Shape:
-    """Reduced dimensions become 1 (keep_dims) or disappear; nothing left gives [1], as NNAPI does."""
-    if keep_dims:
-        return tuple(1 if d in axes else s for d, s in enumerate(shape))
-    return tuple(s for d, s in enumerate(shape) if d not in axes) or (1,)
 
 
 def _float_bounds(x: np.ndarray) -> tuple[float, float]:
