@@ -1,5 +1,6 @@
-"""References for the convolution tests: ONNX Conv on onnx.reference (float64, NHWC in and out), and
-NNAPI's integer rescaling written with exact fractions, independently of mlts.runtime.ops.quant."""
+"""References for the convolution tests: ONNX Conv on onnx.reference (float64, NHWC in and out),
+NNAPI's integer rescaling written with exact fractions, independently of mlts.runtime.ops.quant, and
+the quantized case data and dequantize -> float -> requantize helpers the conv tests share."""
 from __future__ import annotations
 
 import math
@@ -9,7 +10,10 @@ import numpy as np
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from mlts.runtime import FuseCode
+from mlts.runtime import FuseCode, OperandCode, OperandType
+from mlts.runtime.operand_type import SymmPerChannelQuantParams
+
+PC, I32 = OperandCode.TENSOR_QUANT8_SYMM_PER_CHANNEL, OperandCode.TENSOR_INT32
 
 
 def onnx_conv(x_nhwc, f_ohwi, b, *, onnx_pads=None, auto_pad=None, strides=(1, 1), dilation=(1, 1), fuse=0, group=1):
@@ -85,3 +89,76 @@ def ref_act_range(fuse, scale, zp, qmin, qmax):
 
 def f32(v) -> float:
     return float(np.float32(v))
+
+
+def requantize_sums(acc, bias, in_scale, f_scales, out_scale, out_zp, fuse, qrange):
+    """NHWC int64 sums (without bias) -> quantized outputs: bias added, a Python-int rescale per element
+    with each output channel's multiplier, the zero point added and the activation range applied."""
+    lo, hi = ref_act_range(fuse, out_scale, out_zp, *qrange)
+    out = np.zeros_like(acc)
+    for oc in range(acc.shape[-1]):
+        m, e = ref_quantize_multiplier(f32(f32(in_scale) * f32(f_scales[oc])) / f32(out_scale))
+        for idx in np.ndindex(acc.shape[:-1]):
+            out[idx + (oc,)] = min(hi, max(lo, ref_rescale(int(acc[idx + (oc,)]) + int(bias[oc]), m, e) + out_zp))
+    return out
+
+
+# -- shared quantized case data ---------------------------------------------------------------------
+def random_quant_data(name: str, x_shape, f_shape, per_channel: bool, rng: np.random.Generator) -> dict:
+    """Random uint8 input (zero point 121, scale 0.03) and filter (uint8 at 133 / 0.006, or per-channel
+    int8 with scales 0.004 * (channel + 1)) with int32 bias; "multiplier>1" gets tiny sums so that an output
+    scale below input x filter scale stays in range."""
+    zx, sx = 121, 0.03
+    x = rng.integers(0, 256, x_shape)
+    if per_channel:
+        f = rng.integers(-127, 128, f_shape)
+        zf, f_scales = 0, [0.004 * (i + 1) for i in range(f_shape[0])]
+    else:
+        f = rng.integers(0, 256, f_shape)
+        zf, f_scales = 133, [0.006] * f_shape[0]
+    bias = rng.integers(-3000, 3000, f_shape[0])
+    if name == "multiplier>1":
+        x = rng.integers(zx - 2, zx + 3, x_shape)
+        f = rng.integers(zf - 3, zf + 4, f_shape)
+        bias = rng.integers(-20, 21, f_shape[0])
+    return dict(x=x, zx=zx, sx=sx, f=f, zf=zf, f_scales=f_scales, bias=bias, per_channel=per_channel)
+
+
+def quant_filter_and_bias(c: dict, code, shift: int = 0, channel_dim: int = 0):
+    """(filter type, filter data, bias type) for case `c` in input type `code`: a per-channel int8 filter
+    when c["per_channel"], else `code` with the filter moved by `shift` (-128 for the signed type)."""
+    if c["per_channel"]:
+        f = c["f"].astype(np.int8)
+        f_t = OperandType.tensor(PC, f.shape, 0.0, 0, SymmPerChannelQuantParams(tuple(c["f_scales"]), channel_dim))
+        return f_t, f, OperandType.tensor(I32, c["bias"].shape, 0.0, 0)
+    f = c["f"] + shift
+    f_t = OperandType.tensor(code, f.shape, c["f_scales"][0], c["zf"] + shift)
+    return f_t, f, OperandType.tensor(I32, c["bias"].shape, f32(f32(c["sx"]) * f32(c["f_scales"][0])), 0)
+
+
+def dequantized_operands(c: dict):
+    """Case `c`'s input, filter and bias as float64 reals (filter scales per output channel)."""
+    scales = np.asarray(c["f_scales"], np.float64)
+    xr = (c["x"].astype(np.float64) - c["zx"]) * c["sx"]
+    fr = (c["f"].astype(np.float64) - c["zf"]) * scales[:, None, None, None]
+    br = c["bias"].astype(np.float64) * c["sx"] * scales
+    return xr, fr, br
+
+
+def requantize_real(real, out_scale, out_zp, lo, hi):
+    """Reals -> quantized values rounding half away from zero, clipped to [lo, hi] (not cast)."""
+    q = np.sign(real) * np.floor(np.abs(real) / out_scale + 0.5) + out_zp
+    return np.clip(q, lo, hi)
+
+
+def quantize_round(values, scale, zp, lo=0, hi=255):
+    """AOSP spec example quantization: round half away from zero, clipped, as int64."""
+    return requantize_real(np.asarray(values, np.float64), scale, zp, lo, hi).astype(np.int64)
+
+
+def nchw_of(a):
+    return np.ascontiguousarray(np.transpose(a, (0, 3, 1, 2)))
+
+
+FLOAT_ACT_RANGE = {FuseCode.NONE: (-np.inf, np.inf), FuseCode.RELU: (0, np.inf), FuseCode.RELU6: (0, 6),
+                   FuseCode.RELU1: (-1, 1)}

@@ -10,19 +10,13 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
-from support.op_runner import run_op
+from support.onnx_reference import ONNX_TYPE
+from support.op_data import F16, F32, I32, S8, U8
+from support.op_runner import Input, inferred_output_types, run_op
 
-from mlts.runtime import Compilation, Execution, MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
 
-F32 = OperandCode.TENSOR_FLOAT32
-F16 = OperandCode.TENSOR_FLOAT16
-U8 = OperandCode.TENSOR_QUANT8_ASYMM
-S8 = OperandCode.TENSOR_QUANT8_ASYMM_SIGNED
-I32 = OperandCode.TENSOR_INT32
 ARGMAX, ARGMIN = OperationCode.ARGMAX, OperationCode.ARGMIN
-ONNX_TYPE = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
-             np.dtype(np.int32): TensorProto.INT32, np.dtype(np.uint8): TensorProto.UINT8,
-             np.dtype(np.int8): TensorProto.INT8}
 
 rng = np.random.default_rng(39)
 
@@ -133,16 +127,10 @@ def test_spec_rank_1_gives_shape_1(op, x, expected):
 
 # -- build-time shape inference -------------------------------------------------------------------
 def inferred_dims(input_dims, axis, *, const_axis=True):
-    m = Model()
-    x = m.add_operand(OperandType.tensor(F32, input_dims))
-    a = m.add_operand(OperandType.scalar(OperandCode.INT32))
-    out = m.add_operand(OperandType.tensor(I32, (0,) * max(len(input_dims) - 1, 1)))
-    if const_axis:
-        m.set_operand_value(a, np.int32(axis))
-    m.add_operation(ARGMAX, [x, a], [out])
-    m.identify_inputs_and_outputs([x] if const_axis else [x, a], [out])
-    m.finish()
-    return m.inferred_operand_type(out).dimensions
+    inputs = [(OperandType.tensor(F32, input_dims), Input()),
+              (OperandType.scalar(OperandCode.INT32), axis if const_axis else Input())]
+    (out,) = inferred_output_types(ARGMAX, inputs, [OperandType.tensor(I32, (0,) * max(len(input_dims) - 1, 1))])
+    return out.dimensions
 
 
 def test_build_time_shape_inference():
@@ -153,20 +141,10 @@ def test_build_time_shape_inference():
 
 
 def test_axis_as_model_input_runs():
-    m = Model()
-    x = m.add_operand(OperandType.tensor(F32, (2, 3)))
-    a = m.add_operand(OperandType.scalar(OperandCode.INT32))
-    out = m.add_operand(OperandType.tensor(I32, (0,)))
-    m.add_operation(ARGMIN, [x, a], [out])
-    m.identify_inputs_and_outputs([x, a], [out])
-    m.finish()
-    c = Compilation(m)
-    c.finish()
-    e = Execution(c)
-    e.set_input(0, np.array([[3, 1, 2], [0, 5, -1]], np.float32))
-    e.set_input(1, np.int32(-1))
-    e.compute()
-    assert e.get_output(0).tolist() == [1, 2]
+    x = np.array([[3, 1, 2], [0, 5, -1]], np.float32)
+    (out,) = run_op(ARGMIN, [(OperandType.tensor(F32, (2, 3)), x), (OperandType.scalar(OperandCode.INT32), Input(-1))],
+                    [OperandType.tensor(I32, (0,))])
+    assert out.tolist() == [1, 2]
 
 
 # -- validation -------------------------------------------------------------------------------------

@@ -10,23 +10,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 from onnx.reference import ReferenceEvaluator
-from support.op_runner import run_op
+from support.onnx_reference import ONNX_TYPE
+from support.op_data import F16, F32, I32, S8, U8
+from support.op_runner import Input, inferred_output_types, run_op
 from support.tolerance import assert_cts_close
 
-from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
 from mlts.runtime.ops.quant import multiply_by_quantized_multiplier, quantize_multiplier
 
-F32 = OperandCode.TENSOR_FLOAT32
-F16 = OperandCode.TENSOR_FLOAT16
-U8 = OperandCode.TENSOR_QUANT8_ASYMM
-S8 = OperandCode.TENSOR_QUANT8_ASYMM_SIGNED
-I32 = OperandCode.TENSOR_INT32
 BOOL = OperandType.scalar(OperandCode.BOOL)
 OP = OperationCode.BATCH_MATMUL
-ONNX_TYPE = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
-             np.dtype(np.int32): TensorProto.INT32}
 
 rng = np.random.default_rng(102)
 
@@ -169,17 +164,9 @@ def test_spec_examples(name, code):
 
 # -- shapes -----------------------------------------------------------------------------------------
 def inferred_dims(dx, dy, adj_x, adj_y, *, const_adj=True):
-    m = Model()
-    x, y = m.add_operand(OperandType.tensor(F32, dx)), m.add_operand(OperandType.tensor(F32, dy))
-    ax, ay = m.add_operand(BOOL), m.add_operand(BOOL)
-    out = m.add_operand(OperandType.tensor(F32, (0,) * len(dx)))
-    if const_adj:
-        m.set_operand_value(ax, np.bool_(adj_x))
-        m.set_operand_value(ay, np.bool_(adj_y))
-    m.add_operation(OP, [x, y, ax, ay], [out])
-    m.identify_inputs_and_outputs([x, y] if const_adj else [x, y, ax, ay], [out])
-    m.finish()
-    return m.inferred_operand_type(out).dimensions
+    inputs = [(OperandType.tensor(F32, dx), Input()), (OperandType.tensor(F32, dy), Input()),
+              (BOOL, adj_x if const_adj else Input()), (BOOL, adj_y if const_adj else Input())]
+    return inferred_output_types(OP, inputs, [OperandType.tensor(F32, (0,) * len(dx))])[0].dimensions
 
 
 def test_build_time_shape_inference():

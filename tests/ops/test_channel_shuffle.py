@@ -11,9 +11,9 @@ from functools import partial
 import numpy as np
 import pytest
 from support import op_data
-from support.op_runner import run_op
+from support.op_runner import Input, inferred_output_types, run_op
 
-from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
 
 F32 = OperandCode.TENSOR_FLOAT32
 F16 = OperandCode.TENSOR_FLOAT16
@@ -93,16 +93,8 @@ def test_output_shape_inferred():
 
 
 def test_build_time_shape_inference():
-    model = Model()
-    x = model.add_operand(ttype(F32, (2, 3, 6)))
-    groups, axis = model.add_operand(INT), model.add_operand(INT)
-    model.set_operand_value(groups, np.int32(2))
-    model.set_operand_value(axis, np.int32(-1))
-    out = model.add_operand(ttype(F32, (0, 0, 0)))
-    model.add_operation(OP, [x, groups, axis], [out])
-    model.identify_inputs_and_outputs([x], [out])
-    model.finish()
-    assert model.inferred_operand_type(out).dimensions == (2, 3, 6)
+    (out,) = inferred_output_types(OP, [(ttype(F32, (2, 3, 6)), Input()), (INT, 2), (INT, -1)], [ttype(F32, (0, 0, 0))])
+    assert out.dimensions == (2, 3, 6)
 
 
 # -- validation -----------------------------------------------------------------------------------

@@ -12,10 +12,11 @@ import zlib
 import numpy as np
 import pytest
 
-from conv_reference import onnx_conv, onnx_pads, f32, ref_act_range, ref_quantize_multiplier, ref_rescale
-from mlts.runtime import FuseCode, MltsError, OperandCode, OperandType, OperationCode, ResultCode
+from conv_reference import (dequantized_operands, f32, onnx_conv, onnx_pads, quant_filter_and_bias, random_quant_data,
+                            ref_act_range, requantize_real, requantize_sums)
+from mlts.runtime import FuseCode, OperandCode, OperandType, OperationCode
 from mlts.runtime.operand_type import SymmPerChannelQuantParams
-from support.op_runner import Const, run_op
+from support.op_runner import Const, expect_error, run_op
 from support.tolerance import assert_cts_close
 
 OP = OperationCode.CONV_2D
@@ -122,11 +123,9 @@ def ref_conv_quant(x, zx, f, zf, bias, pads, strides, dilation, in_scale, f_scal
     (eff_h, eff_w) = ((kh_ - 1) * dilation[1] + 1, (kw_ - 1) * dilation[0] + 1)
     oh = (h_ + pads[2] + pads[3] - eff_h) // strides[1] + 1
     ow = (w_ + pads[0] + pads[1] - eff_w) // strides[0] + 1
-    lo, hi = ref_act_range(fuse, out_scale, out_zp, *qrange)
-    out = np.zeros((n_, oh, ow, o_), dtype=np.int64)
+    sums = np.zeros((n_, oh, ow, o_), dtype=np.int64)
     xi, fi = x.astype(int).tolist(), f.astype(int).tolist()
     for oc in range(o_):
-        m, e = ref_quantize_multiplier(f32(f32(in_scale) * f32(f_scales[oc])) / f32(out_scale))
         for n in range(n_):
             for oy in range(oh):
                 for ox in range(ow):
@@ -138,19 +137,15 @@ def ref_conv_quant(x, zx, f, zf, bias, pads, strides, dilation, in_scale, f_scal
                             if 0 <= iy < h_ and 0 <= ix < w_:
                                 for ic in range(c_):
                                     acc += (xi[n][iy][ix][ic] - zx) * (fi[oc][ky][kx][ic] - zf)
-                    acc += int(bias[oc])
-                    out[n, oy, ox, oc] = min(hi, max(lo, ref_rescale(acc, m, e) + out_zp))
-    return out
+                    sums[n, oy, ox, oc] = acc
+    return requantize_sums(sums, bias, in_scale, f_scales, out_scale, out_zp, fuse, qrange)
 
 
 def dequant_float_expected(x, zx, sx, f, zf, f_scales, bias, pads, strides, dilation, out_scale, out_zp, fuse, qrange):
     """dequantize -> float conv (ONNX) -> requantize with round-half-away and the real activation."""
-    xr = (x.astype(np.float64) - zx) * sx
-    fr = (f.astype(np.float64) - zf) * np.asarray(f_scales, np.float64)[:, None, None, None]
-    br = bias.astype(np.float64) * sx * np.asarray(f_scales, np.float64)
+    xr, fr, br = dequantized_operands(dict(x=x, zx=zx, sx=sx, f=f, zf=zf, f_scales=f_scales, bias=bias))
     real = onnx_conv(xr, fr, br, onnx_pads=onnx_pads(pads), strides=strides, dilation=dilation, fuse=fuse)
-    q = np.sign(real) * np.floor(np.abs(real) / out_scale + 0.5) + out_zp
-    return np.clip(q, *qrange)
+    return requantize_real(real, out_scale, out_zp, *qrange)
 
 
 QUANT_CASES = [
@@ -169,15 +164,8 @@ QUANT_CASES = [
 
 def _quant_case(case, rng):
     name, xs, fs, pads, strides, dilation, fuse, out_scale, per_channel = case
-    zx, sx = 121, 0.03
-    x = rng.integers(0, 256, xs)
-    if per_channel:
-        f = rng.integers(-127, 128, fs)
-        zf, f_scales = 0, [0.004 * (i + 1) for i in range(fs[0])]
-    else:
-        f = rng.integers(0, 256, fs)
-        zf, f_scales = 133, [0.006] * fs[0]
-    bias = rng.integers(-3000, 3000, fs[0])
+    c = random_quant_data(name, xs, fs, per_channel, rng)
+    zx, sx, x, zf, f, f_scales, bias = (c[k] for k in ("zx", "sx", "x", "zf", "f", "f_scales", "bias"))
     if name == "ties":  # multiplier exactly 0.25: rounding ties everywhere, where fixed point rounds twice
         sx = 0.5
         f_scales = [0.5] * len(f_scales)
@@ -188,10 +176,6 @@ def _quant_case(case, rng):
         zx, zf = 128, 128
         x = rng.choice([0, 255], xs)
         f = rng.choice([0, 255], fs)
-    if name == "multiplier>1":  # out_scale < input x filter scale: tiny sums keep the output in range
-        x = rng.integers(zx - 2, zx + 3, xs)
-        f = rng.integers(zf - 3, zf + 4, fs)
-        bias = rng.integers(-20, 21, fs[0])
     return dict(x=x, zx=zx, sx=sx, f=f, zf=zf, f_scales=f_scales, bias=bias, pads=pads, strides=strides,
                 dilation=dilation, fuse=fuse, out_scale=out_scale, per_channel=per_channel)
 
@@ -200,14 +184,7 @@ def _run_quant(c, code, out_shape, shift=0, *, nchw=None):
     """Run the quantized op for the case in type `code`; `shift` moves data and zero points (-128 for int8)."""
     x = (c["x"] + shift).astype(np.int64)
     in_t = OperandType.tensor(code, x.shape, c["sx"], c["zx"] + shift)
-    if c["per_channel"]:
-        f = c["f"].astype(np.int8)
-        f_t = OperandType.tensor(PC, f.shape, 0.0, 0, SymmPerChannelQuantParams(tuple(c["f_scales"]), 0))
-        b_t = OperandType.tensor(I32, c["bias"].shape, 0.0, 0)
-    else:
-        f = c["f"] + shift
-        f_t = OperandType.tensor(code, f.shape, c["f_scales"][0], c["zf"] + shift)
-        b_t = OperandType.tensor(I32, c["bias"].shape, f32(f32(c["sx"]) * f32(c["f_scales"][0])), 0)
+    f_t, f, b_t = quant_filter_and_bias(c, code, shift)
     x_in = np.transpose(x, (0, 3, 1, 2)) if nchw else x
     ins = conv_inputs(in_t.with_dimensions(x_in.shape), x_in, f_t, f, b_t, c["bias"], pads=c["pads"],
                       strides=c["strides"], fuse=c["fuse"], nchw=nchw,
@@ -266,13 +243,7 @@ def _valid_quant_inputs(**over):
 
 
 def _expect_bad_data(ins, out_t, *words):
-    with pytest.raises(MltsError) as info:
-        run_op(OP, ins, [out_t])
-    assert info.value.code == ResultCode.BAD_DATA
-    msg = str(info.value)
-    assert "CONV_2D" in msg and "operation 0" in msg, msg
-    for w in words:
-        assert w in msg, msg
+    expect_error(OP, ins, [out_t], "operation 0", *words)
 
 
 OUT_Q = OperandType.tensor(U8, (1, 3, 3, 3), 1.0, 128)

@@ -12,10 +12,10 @@ import zlib
 import numpy as np
 import pytest
 
-from conv_reference import onnx_conv, onnx_pads, f32, ref_act_range, ref_quantize_multiplier, ref_rescale
-from mlts.runtime import FuseCode, MltsError, OperandCode, OperandType, OperationCode, ResultCode
+from conv_reference import f32, onnx_conv, onnx_pads, quant_filter_and_bias, requantize_sums
+from mlts.runtime import FuseCode, OperandCode, OperandType, OperationCode
 from mlts.runtime.operand_type import SymmPerChannelQuantParams
-from support.op_runner import Const, run_op
+from support.op_runner import Const, expect_error, run_op
 from support.tolerance import assert_cts_close
 
 OP = OperationCode.DEPTHWISE_CONV_2D
@@ -120,25 +120,23 @@ def ref_dw_quant(x, zx, f, zf, bias, mult, pads, strides, dilation, in_scale, f_
     _, kh_, kw_, cm = f.shape
     oh = (h_ + top + bottom - ((kh_ - 1) * dilation[1] + 1)) // strides[1] + 1
     ow = (w_ + left + right - ((kw_ - 1) * dilation[0] + 1)) // strides[0] + 1
-    lo, hi = ref_act_range(fuse, out_scale, out_zp, *qrange)
-    out = np.zeros((n_, oh, ow, cm), dtype=np.int64)
+    sums = np.zeros((n_, oh, ow, cm), dtype=np.int64)
     xi, fi = x.astype(int).tolist(), f.astype(int).tolist()
     for ic in range(c_):
         for k in range(mult):
             oc = ic * mult + k
-            m, e = ref_quantize_multiplier(f32(f32(in_scale) * f32(f_scales[oc])) / f32(out_scale))
             for n in range(n_):
                 for oy in range(oh):
                     for ox in range(ow):
-                        acc = int(bias[oc])
+                        acc = 0
                         for ky in range(kh_):
                             for kx in range(kw_):
                                 iy = oy * strides[1] - top + ky * dilation[1]
                                 ix = ox * strides[0] - left + kx * dilation[0]
                                 if 0 <= iy < h_ and 0 <= ix < w_:
                                     acc += (xi[n][iy][ix][ic] - zx) * (fi[0][ky][kx][oc] - zf)
-                        out[n, oy, ox, oc] = min(hi, max(lo, ref_rescale(acc, m, e) + out_zp))
-    return out
+                        sums[n, oy, ox, oc] = acc
+    return requantize_sums(sums, bias, in_scale, f_scales, out_scale, out_zp, fuse, qrange)
 
 
 QUANT_CASES = [
@@ -188,14 +186,7 @@ def _reference(c):
 def _run_quant(c, code, out_shape, shift=0, *, nchw=None):
     x = c["x"] + shift
     in_t = OperandType.tensor(code, x.shape, c["sx"], c["zx"] + shift)
-    if c["per_channel"]:
-        f = c["f"]
-        f_t = OperandType.tensor(PC, f.shape, 0.0, 0, SymmPerChannelQuantParams(tuple(c["f_scales"]), 3))
-        b_t = OperandType.tensor(I32, c["bias"].shape, 0.0, 0)
-    else:
-        f = c["f"] + shift
-        f_t = OperandType.tensor(code, f.shape, c["f_scales"][0], c["zf"] + shift)
-        b_t = OperandType.tensor(I32, c["bias"].shape, f32(f32(c["sx"]) * f32(c["f_scales"][0])), 0)
+    f_t, f, b_t = quant_filter_and_bias(c, code, shift, channel_dim=3)
     x_in = np.transpose(x, (0, 3, 1, 2)) if nchw else x
     ins = dw_inputs(in_t.with_dimensions(x_in.shape), x_in, f_t, f, b_t, c["bias"], multiplier=c["mult"],
                     pads=c["pads"], strides=c["strides"], fuse=c["fuse"], nchw=nchw,
@@ -266,13 +257,7 @@ OUT_Q = OperandType.tensor(U8, (1, 3, 3, 4), 1.0, 128)
 
 
 def _expect_bad_data(ins, out_t, *words):
-    with pytest.raises(MltsError) as info:
-        run_op(OP, ins, [out_t])
-    assert info.value.code == ResultCode.BAD_DATA
-    msg = str(info.value)
-    assert "DEPTHWISE_CONV_2D" in msg and "operation 0" in msg, msg
-    for w in words:
-        assert w in msg, msg
+    expect_error(OP, ins, [out_t], "operation 0", *words)
 
 
 def test_valid_inputs_run():

@@ -14,9 +14,9 @@ import warnings
 import numpy as np
 import pytest
 
-from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
 from support.onnx_reference import onnx_eval
-from support.op_runner import run_op
+from support.op_runner import Input, inferred_output_types, run_op
 from support.tolerance import assert_cts_close
 
 F32, F16, I32 = OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_FLOAT16, OperandCode.TENSOR_INT32
@@ -213,27 +213,15 @@ def test_elu_special_values_without_warnings():
 
 
 # -- shapes --------------------------------------------------------------------------------------------------
-def build(code, in_dims, out_dims, ftype=F32):
-    m = Model()
-    x = m.add_operand(T(ftype, in_dims))
-    inputs = [x]
-    if code == OperationCode.ELU:
-        alpha = m.add_operand(ALPHA[ftype])
-        m.set_operand_value(alpha, np.asarray(1.0, NP[ftype]))
-        inputs.append(alpha)
-    y = m.add_operand(T(ftype, out_dims))
-    m.add_operation(code, inputs, [y])
-    m.identify_inputs_and_outputs([x], [y])
-    m.finish()
-    return m, y
+def inferred_dims(code, in_dims, out_dims, ftype=F32):
+    inputs = [(T(ftype, in_dims), Input())] + ([(ALPHA[ftype], 1.0)] if code == OperationCode.ELU else [])
+    return inferred_output_types(code, inputs, [T(ftype, out_dims)])[0].dimensions
 
 
 @pytest.mark.parametrize("code", [OperationCode.SQRT, OperationCode.FLOOR, OperationCode.ELU], ids=lambda c: c.name)
 def test_build_time_shape_inference(code):
-    m, y = build(code, (2, 3, 4), (0, 0, 0))
-    assert m.inferred_operand_type(y).dimensions == (2, 3, 4)
-    m, y = build(code, (2, 0, 4), (0, 0, 0))  # not known before execution
-    assert m.inferred_operand_type(y).dimensions == (0, 0, 0)
+    assert inferred_dims(code, (2, 3, 4), (0, 0, 0)) == (2, 3, 4)
+    assert inferred_dims(code, (2, 0, 4), (0, 0, 0)) == (0, 0, 0)  # not known before execution
 
 
 @pytest.mark.parametrize("code", [OperationCode.ABS, OperationCode.LOG, OperationCode.FLOOR], ids=lambda c: c.name)
@@ -290,7 +278,7 @@ def test_rejects_output_shape_conflicts(code):
     # Known at build time: shape inference; partly unknown: the declared dimensions still must agree.
     for in_dims, out_dims in (((2, 3), (2, 4)), ((2, 3), (2, 3, 1)), ((0, 3), (2, 4)), ((2, 0), (0, 0, 0))):
         with pytest.raises(MltsError) as info:
-            build(code, in_dims, out_dims)
+            inferred_dims(code, in_dims, out_dims)
         assert info.value.code == ResultCode.BAD_DATA
         assert code.name in str(info.value) and "output 0" in str(info.value)
 

@@ -13,10 +13,10 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from conv_reference import f32, ref_act_range, ref_quantize_multiplier, ref_rescale
-from mlts.runtime import FuseCode, MltsError, OperandCode, OperandType, OperationCode, ResultCode
+from conv_reference import f32, requantize_sums
+from mlts.runtime import FuseCode, OperandCode, OperandType, OperationCode
 from mlts.runtime.operand_type import SymmPerChannelQuantParams
-from support.op_runner import Const, run_op
+from support.op_runner import Const, expect_error, run_op
 from support.tolerance import assert_cts_close
 
 OP = OperationCode.FULLY_CONNECTED
@@ -101,14 +101,11 @@ def ref_fc_quant(x, zx, sx, w, zw, sw, bias, out_scale, out_zp, fuse, qrange):
     units, size = w.shape
     rows = x.reshape(-1, size).astype(int).tolist()
     wl = w.astype(int).tolist()
-    m, e = ref_quantize_multiplier(f32(f32(sx) * f32(sw)) / f32(out_scale))
-    lo, hi = ref_act_range(fuse, out_scale, out_zp, *qrange)
-    out = np.zeros((len(rows), units), dtype=np.int64)
+    sums = np.zeros((len(rows), units), dtype=np.int64)
     for r, row in enumerate(rows):
         for u in range(units):
-            acc = int(bias[u]) + sum((a - zx) * (b - zw) for a, b in zip(row, wl[u]))
-            out[r, u] = min(hi, max(lo, ref_rescale(acc, m, e) + out_zp))
-    return out
+            sums[r, u] = sum((a - zx) * (b - zw) for a, b in zip(row, wl[u]))
+    return requantize_sums(sums, bias, sx, [sw] * units, out_scale, out_zp, fuse, qrange)
 
 
 QUANT_CASES = [
@@ -178,13 +175,7 @@ OUT_Q = OperandType.tensor(U8, (2, 3), 1.0, 128)
 
 
 def _expect_bad_data(ins, out_t, *words):
-    with pytest.raises(MltsError) as info:
-        run_op(OP, ins, [out_t])
-    assert info.value.code == ResultCode.BAD_DATA
-    msg = str(info.value)
-    assert "FULLY_CONNECTED" in msg and "operation 0" in msg, msg
-    for word in words:
-        assert word in msg, msg
+    expect_error(OP, ins, [out_t], "operation 0", *words)
 
 
 def test_valid_inputs_run():

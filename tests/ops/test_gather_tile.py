@@ -13,20 +13,15 @@ import pytest
 from support import op_data
 from support.onnx_reference import onnx_eval
 from support.op_data import int_scalar, int_vec
+from support.op_data import ALL_TYPES, F16, F32, I32, S8, U8
+from support.op_data import TYPE_IDS as IDS
 from support.op_runner import Const, expect_error, run_op
 
 from mlts.runtime import OperandCode, OperandType, OperationCode, ResultCode
 
-F32 = OperandCode.TENSOR_FLOAT32
-F16 = OperandCode.TENSOR_FLOAT16
-U8 = OperandCode.TENSOR_QUANT8_ASYMM
-S8 = OperandCode.TENSOR_QUANT8_ASYMM_SIGNED
-I32 = OperandCode.TENSOR_INT32
 INT32 = OperandCode.INT32
 GATHER, TILE, EXPAND_DIMS = OperationCode.GATHER, OperationCode.TILE, OperationCode.EXPAND_DIMS
 QUANT = {U8: (0.5, 127), S8: (0.5, -1)}
-ALL_TYPES = [F32, F16, U8, S8, I32]
-IDS = {F32: "f32", F16: "f16", U8: "u8", S8: "s8", I32: "i32"}
 
 rng = np.random.default_rng(1234)
 tensor_type = partial(op_data.tensor_type, quant=QUANT)

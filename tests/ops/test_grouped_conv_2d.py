@@ -13,11 +13,12 @@ import zlib
 import numpy as np
 import pytest
 
-from conv_reference import f32, onnx_conv, onnx_pads, ref_act_range, ref_quantize_multiplier, ref_rescale
-from mlts.runtime import FuseCode, MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from conv_reference import (FLOAT_ACT_RANGE, dequantized_operands, nchw_of, onnx_conv, onnx_pads, quant_filter_and_bias,
+                            quantize_round, random_quant_data, ref_act_range, requantize_real, requantize_sums)
+from mlts.runtime import FuseCode, OperandCode, OperandType, OperationCode
 from mlts.runtime.operand_type import SymmPerChannelQuantParams
 from support.direct import run_op_direct
-from support.op_runner import Const, run_op
+from support.op_runner import Const, expect_error, inferred_output_types, run_op
 from support.tolerance import assert_cts_close
 
 OP = OperationCode.GROUPED_CONV_2D
@@ -36,10 +37,6 @@ def gconv_inputs(x_t, x, f_t, f, b_t, b, *, groups, pads=None, code=None, stride
     ins += [(INT, p) for p in pads] if pads is not None else [(INT, code)]
     ins += [(INT, strides[0]), (INT, strides[1]), (INT, groups), (INT, fuse), (BOOL, nchw)]
     return ins
-
-
-def nchw_of(a):
-    return np.ascontiguousarray(np.transpose(a, (0, 3, 1, 2)))
 
 
 # -- float -------------------------------------------------------------------------------------------
@@ -105,21 +102,7 @@ def test_output_dims_inferred_and_input_dims_unknown_at_build_time():
 
 
 def _inferred_output(ins, out_t):
-    """Build (not run) the one-operation model; the output type that static shape inference gives."""
-    model = Model()
-    idx, model_inputs = [], []
-    for t, v in ins:
-        i = model.add_operand(t)
-        idx.append(i)
-        if isinstance(v, Const) or t.is_scalar:
-            model.set_operand_value(i, np.asarray(v.value if isinstance(v, Const) else v, dtype=t.dtype))
-        else:
-            model_inputs.append(i)
-    out = model.add_operand(out_t)
-    model.add_operation(OP, idx, [out])
-    model.identify_inputs_and_outputs(model_inputs, [out])
-    model.finish()
-    return model.inferred_operand_type(out)
+    return inferred_output_types(OP, ins, [out_t])[0]
 
 
 def test_build_time_shape_inference():
@@ -163,25 +146,15 @@ def ref_grouped_quant(x, zx, f, zf, bias, groups, pads, strides, sx, f_scales, o
             for g in range(groups):
                 acc[..., g * og:(g + 1) * og] += np.einsum(
                     "nhwc,oc->nhwo", patch[..., g * dg:(g + 1) * dg], fc[g * og:(g + 1) * og, ky, kx, :])
-    lo, hi = ref_act_range(fuse, out_scale, out_zp, *qrange)
-    out = np.zeros_like(acc)
-    for oc in range(o):
-        m, e = ref_quantize_multiplier(f32(f32(sx) * f32(f_scales[oc])) / f32(out_scale))
-        for idx in np.ndindex(n, oh, ow):
-            out[idx + (oc,)] = min(hi, max(lo, ref_rescale(int(acc[idx + (oc,)]) + int(bias[oc]), m, e) + out_zp))
-    return out
+    return requantize_sums(acc, bias, sx, f_scales, out_scale, out_zp, fuse, qrange)
 
 
 def dequant_float_expected(c, qrange):
     """dequantize -> float grouped conv (ONNX) -> requantize with round-half-away and the real activation."""
-    scales = np.asarray(c["f_scales"], np.float64)
-    xr = (c["x"].astype(np.float64) - c["zx"]) * c["sx"]
-    fr = (c["f"].astype(np.float64) - c["zf"]) * scales[:, None, None, None]
-    br = c["bias"].astype(np.float64) * c["sx"] * scales
+    xr, fr, br = dequantized_operands(c)
     real = onnx_conv(xr, fr, br, onnx_pads=onnx_pads(c["pads"]), strides=c["strides"], fuse=c["fuse"],
                      group=c["groups"])
-    q = np.sign(real) * np.floor(np.abs(real) / c["out_scale"] + 0.5) + 128
-    return np.clip(q, *ref_act_range(c["fuse"], c["out_scale"], 128, *qrange))
+    return requantize_real(real, c["out_scale"], 128, *ref_act_range(c["fuse"], c["out_scale"], 128, *qrange))
 
 
 QUANT_CASES = [
@@ -198,35 +171,15 @@ QUANT_CASES = [
 
 def _quant_case(case, rng):
     name, xs, fs, groups, pads, strides, fuse, out_scale, per_channel = case
-    zx, sx = 121, 0.03
-    x = rng.integers(0, 256, xs)
-    if per_channel:
-        f = rng.integers(-127, 128, fs)
-        zf, f_scales = 0, [0.004 * (i + 1) for i in range(fs[0])]
-    else:
-        f = rng.integers(0, 256, fs)
-        zf, f_scales = 133, [0.006] * fs[0]
-    bias = rng.integers(-3000, 3000, fs[0])
-    if name == "multiplier>1":  # out_scale < input x filter scale: tiny sums keep the output in range
-        x = rng.integers(zx - 2, zx + 3, xs)
-        f = rng.integers(zf - 3, zf + 4, fs)
-        bias = rng.integers(-20, 21, fs[0])
-    return dict(x=x, zx=zx, sx=sx, f=f, zf=zf, f_scales=f_scales, bias=bias, groups=groups, pads=pads,
-                strides=strides, fuse=fuse, out_scale=out_scale, per_channel=per_channel)
+    c = random_quant_data(name, xs, fs, per_channel, rng)
+    return dict(c, groups=groups, pads=pads, strides=strides, fuse=fuse, out_scale=out_scale)
 
 
 def _run_quant(c, code, shift=0, *, nchw=False, pads=None, padding_code=None):
     """Run the case in type `code`; `shift` moves data and zero points (-128 for the signed type)."""
     x = (c["x"] + shift).astype(np.int64)
     in_t = OperandType.tensor(code, x.shape, c["sx"], c["zx"] + shift)
-    if c["per_channel"]:
-        f = c["f"].astype(np.int8)
-        f_t = OperandType.tensor(PC, f.shape, 0.0, 0, SymmPerChannelQuantParams(tuple(c["f_scales"]), 0))
-        b_t = OperandType.tensor(I32, c["bias"].shape, 0.0, 0)
-    else:
-        f = c["f"] + shift
-        f_t = OperandType.tensor(code, f.shape, c["f_scales"][0], c["zf"] + shift)
-        b_t = OperandType.tensor(I32, c["bias"].shape, f32(f32(c["sx"]) * f32(c["f_scales"][0])), 0)
+    f_t, f, b_t = quant_filter_and_bias(c, code, shift)
     x_in = nchw_of(x) if nchw else x
     kw = dict(code=padding_code) if padding_code else dict(pads=pads or c["pads"])
     ins = gconv_inputs(in_t.with_dimensions(x_in.shape), x_in, f_t, f, b_t, c["bias"], groups=c["groups"],
@@ -262,11 +215,6 @@ def test_quant8_nchw_and_implicit_padding():
 
 
 # -- AOSP spec examples ------------------------------------------------------------------------------
-def _quantize(values, scale, zp, lo=0, hi=255):
-    v = np.asarray(values, np.float64) / scale
-    return np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5) + zp, lo, hi).astype(np.int64)
-
-
 # V1_2/grouped_conv2d.mod.py, TEST 1 (pad 0, stride 1, 2 groups)
 SPEC1_X = np.array([1, 2, 3, 4, 5, 6, 6, 5, 4, 3, 2, 1, 2, 3, 3, 3, 3, 3], np.float64).reshape(1, 3, 3, 2)
 SPEC1_F = np.array([1, 2, 2, 1, 4, 3, 2, 1], np.float64).reshape(2, 2, 2, 1)
@@ -284,31 +232,29 @@ def test_spec_example_float(code, fuse, nchw):
                        SPEC1_F.astype(dtype), OperandType.tensor(code, (2,)), SPEC1_B.astype(dtype), groups=2,
                        pads=(0, 0, 0, 0), fuse=fuse, nchw=nchw)
     (out,) = run_op(OP, ins, [OperandType.tensor(code, (0, 0, 0, 0))])
-    lo, hi = {FuseCode.NONE: (-np.inf, np.inf), FuseCode.RELU: (0, np.inf), FuseCode.RELU6: (0, 6),
-              FuseCode.RELU1: (-1, 1)}[fuse]
-    expected = np.clip(SPEC1_OUT, lo, hi)
+    expected = np.clip(SPEC1_OUT, *FLOAT_ACT_RANGE[fuse])
     assert_cts_close(out, nchw_of(expected) if nchw else expected, code)
 
 
 @pytest.mark.parametrize("per_channel,out_scale", [(False, 0.5), (False, 0.05), (True, 0.5), (True, 0.1)])
 def test_spec_example_quant8(per_channel, out_scale):
     """TEST 1's quant8, quant8_mult_gt_1, channelQuant8 and channelQuant8_mult_gt_1 variants."""
-    x = _quantize(SPEC1_X, 0.25, 100).astype(np.uint8)
+    x = quantize_round(SPEC1_X, 0.25, 100).astype(np.uint8)
     in_t = OperandType.tensor(U8, x.shape, 0.25, 100)
     if per_channel:
         f_scales = (0.25, 0.5)
-        f = _quantize(SPEC1_F / np.array(f_scales)[:, None, None, None], 1.0, 0, -127, 127).astype(np.int8)
+        f = quantize_round(SPEC1_F / np.array(f_scales)[:, None, None, None], 1.0, 0, -127, 127).astype(np.int8)
         f_t = OperandType.tensor(PC, f.shape, 0.0, 0, SymmPerChannelQuantParams(f_scales, 0))
-        b = _quantize(SPEC1_B / (0.25 * np.array(f_scales)), 1.0, 0, -2**31, 2**31 - 1)
+        b = quantize_round(SPEC1_B / (0.25 * np.array(f_scales)), 1.0, 0, -2**31, 2**31 - 1)
         b_t = OperandType.tensor(I32, (2,), 0.0, 0)
     else:
-        f = _quantize(SPEC1_F, 0.25, 128).astype(np.uint8)
+        f = quantize_round(SPEC1_F, 0.25, 128).astype(np.uint8)
         f_t = OperandType.tensor(U8, f.shape, 0.25, 128)
-        b = _quantize(SPEC1_B, 0.0625, 0, -2**31, 2**31 - 1)
+        b = quantize_round(SPEC1_B, 0.0625, 0, -2**31, 2**31 - 1)
         b_t = OperandType.tensor(I32, (2,), 0.0625, 0)
     ins = gconv_inputs(in_t, x, f_t, f, b_t, b.astype(np.int32), groups=2, pads=(0, 0, 0, 0))
     (out,) = run_op(OP, ins, [OperandType.tensor(U8, (1, 2, 2, 2), out_scale, 80)])
-    assert_cts_close(out, _quantize(SPEC1_OUT, out_scale, 80), U8)
+    assert_cts_close(out, quantize_round(SPEC1_OUT, out_scale, 80), U8)
 
 
 def test_spec_example_channel_groups():
@@ -323,12 +269,12 @@ def test_spec_example_channel_groups():
                        f.astype(np.float32), OperandType.tensor(F32, (6,)), b.astype(np.float32), groups=3, code=SAME)
     (out,) = run_op(OP, ins, [OperandType.tensor(F32, (0, 0, 0, 0))])
     assert_cts_close(out, expected, F32)
-    ins = gconv_inputs(OperandType.tensor(U8, x.shape, 0.5, 0), _quantize(x, 0.5, 0).astype(np.uint8),
-                       OperandType.tensor(U8, f.shape, 0.25, 0), _quantize(f, 0.25, 0).astype(np.uint8),
-                       OperandType.tensor(I32, (6,), 0.125, 0), _quantize(b, 0.125, 0, -2**31, 2**31).astype(np.int32),
+    ins = gconv_inputs(OperandType.tensor(U8, x.shape, 0.5, 0), quantize_round(x, 0.5, 0).astype(np.uint8),
+                       OperandType.tensor(U8, f.shape, 0.25, 0), quantize_round(f, 0.25, 0).astype(np.uint8),
+                       OperandType.tensor(I32, (6,), 0.125, 0), quantize_round(b, 0.125, 0, -2**31, 2**31).astype(np.int32),
                        groups=3, code=SAME)
     (out,) = run_op(OP, ins, [OperandType.tensor(U8, (1, 2, 2, 6), 2.0, 60)])
-    assert_cts_close(out, _quantize(expected, 2.0, 60), U8)
+    assert_cts_close(out, quantize_round(expected, 2.0, 60), U8)
 
 
 # -- validation ----------------------------------------------------------------------------------------
@@ -347,13 +293,7 @@ OUT_Q = OperandType.tensor(U8, (1, 3, 3, 6), 1.0, 128)
 
 
 def _expect_bad_data(ins, out_t, *words):
-    with pytest.raises(MltsError) as info:
-        run_op(OP, ins, [out_t])
-    assert info.value.code == ResultCode.BAD_DATA
-    msg = str(info.value)
-    assert "GROUPED_CONV_2D" in msg and "operation 0" in msg, msg
-    for w in words:
-        assert w in msg, msg
+    expect_error(OP, ins, [out_t], "operation 0", *words)
 
 
 def test_valid_inputs_run():

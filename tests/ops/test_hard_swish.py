@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
 from support.int_reference import quantize_multiplier_ref
 from support.onnx_reference import onnx_eval
-from support.op_runner import run_op
+from support.op_runner import Input, inferred_output_types, run_op
 from support.tolerance import assert_cts_close
 
 F32, F16, I32 = OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_FLOAT16, OperandCode.TENSOR_INT32
@@ -223,13 +223,8 @@ def test_quant_output_scale_too_fine_fails_the_execution():
 
 # -- shapes and validation ----------------------------------------------------------------------------
 def test_shape_inference():
-    m = Model()
-    x = m.add_operand(T(F32, (2, 3, 4, 5, 6)))
-    y = m.add_operand(T(F32, (0, 0, 0, 0, 0)))
-    m.add_operation(OP, [x], [y])
-    m.identify_inputs_and_outputs([x], [y])
-    m.finish()
-    assert m.inferred_operand_type(y).dimensions == (2, 3, 4, 5, 6)
+    (y,) = inferred_output_types(OP, [(T(F32, (2, 3, 4, 5, 6)), Input())], [T(F32, (0, 0, 0, 0, 0))])
+    assert y.dimensions == (2, 3, 4, 5, 6)
 
 
 def assert_bad_data(inputs, outputs, *words):

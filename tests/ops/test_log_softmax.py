@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
-from support.op_runner import run_op
+from support.op_runner import Input, inferred_output_types, run_op
 from support.tolerance import assert_cts_close
 
-from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
 
 OP = OperationCode.LOG_SOFTMAX
 F32, F16 = OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_FLOAT16
@@ -78,15 +78,8 @@ def test_unknown_dims():
     x = RNG.uniform(-2, 2, (3, 4)).astype(np.float32)
     out = run_op(OP, [(T(F32, (0, 0)), x), (BETA[F32], 1.0), (INT, 0)], [T(F32, (0, 0))])[0]
     assert_cts_close(out, onnx_log_softmax(x, 1.0, 0), F32)
-    model = Model()
-    ins = [model.add_operand(t) for t in (T(F32, (3, 4)), BETA[F32], INT)]
-    model.set_operand_value(ins[1], np.float32(1.0))
-    model.set_operand_value(ins[2], np.int32(-1))
-    out_index = model.add_operand(T(F32, (0, 0)))
-    model.add_operation(OP, ins, [out_index])
-    model.identify_inputs_and_outputs([ins[0]], [out_index])
-    model.finish()
-    assert model.inferred_operand_type(out_index).dimensions == (3, 4)
+    (out_type,) = inferred_output_types(OP, [(T(F32, (3, 4)), Input()), (BETA[F32], 1.0), (INT, -1)], [T(F32, (0, 0))])
+    assert out_type.dimensions == (3, 4)
 
 
 def assert_bad_data(inputs, outputs, *words):

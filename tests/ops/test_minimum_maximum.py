@@ -14,20 +14,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlts.runtime import Compilation, Execution, Model, OperandCode, OperandType, OperationCode, devices
+from mlts.runtime import OperandType, OperationCode
 from support.int_reference import requantize_ref
 from support.onnx_reference import onnx_eval
-from support.op_runner import Const, expect_error, run_op
+from support.op_data import B8, F16, F32, I32, S8, U8
+from support.op_data import QUANT_RANGE as RANGE
+from support.op_runner import Const, Input, expect_error, inferred_output_types, run_op
 from support.tolerance import assert_cts_close
 
-F32, F16, I32 = OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_FLOAT16, OperandCode.TENSOR_INT32
-U8, S8, B8 = OperandCode.TENSOR_QUANT8_ASYMM, OperandCode.TENSOR_QUANT8_ASYMM_SIGNED, OperandCode.TENSOR_BOOL8
 T = OperandType.tensor
 O = OperationCode
 ONNX_OP = {O.MAXIMUM: "Max", O.MINIMUM: "Min"}
 OPS = list(ONNX_OP)
 SHAPES = [((2, 3), (2, 3)), ((2, 3), (3,)), ((2, 1, 4), (3, 1)), ((1,), (2, 2, 3)), ((1, 2, 1, 3, 1), (2, 1, 1, 2))]
-RANGE = {U8: (0, 255), S8: (-128, 127)}
 DTYPE = {U8: np.uint8, S8: np.int8}
 RNG = np.random.default_rng(5)
 
@@ -174,32 +173,17 @@ def test_requantize_rounds_half_away_from_zero():
 
 
 # -- shapes and validation ----------------------------------------------------------------------------
-def build(code, in_types, out_type):
-    m = Model()
-    ins = [m.add_operand(t) for t in in_types]
-    out = m.add_operand(out_type)
-    m.add_operation(code, ins, [out])
-    m.identify_inputs_and_outputs(ins, [out])
-    m.finish()
-    return m, out
-
-
 @pytest.mark.parametrize("code", OPS, ids=lambda c: c.name)
 def test_shape_inference_at_build_and_run_time(code):
-    m, out = build(code, [T(F32, (2, 1, 3)), T(F32, (4, 1))], T(F32, (0, 0, 0)))
-    assert m.inferred_operand_type(out).dimensions == (2, 4, 3)
+    (out,) = inferred_output_types(code, [(T(F32, (2, 1, 3)), Input()), (T(F32, (4, 1)), Input())], [T(F32, (0, 0, 0))])
+    assert out.dimensions == (2, 4, 3)
     # An unknown input dimension leaves the output to be inferred when the inputs are known.
-    m, out = build(code, [T(F32, (0, 3)), T(F32, (3,))], T(F32, (0, 0)))
-    assert m.inferred_operand_type(out).dimensions == (0, 0)
-    compilation = Compilation.for_devices(m, [d for d in devices() if d.name == "nnapi-reference"])
-    compilation.finish()
-    execution = Execution(compilation)
     a = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
     b = np.array([0.0, 1.0, 5.0], np.float32)
-    execution.set_input(0, a, T(F32, (2, 3)))
-    execution.set_input(1, b)
-    execution.compute()
-    np.testing.assert_array_equal(execution.get_output(0), onnx_eval(ONNX_OP[code], a, b))
+    inputs = [(T(F32, (0, 3)), a), (T(F32, (3,)), b)]
+    assert inferred_output_types(code, inputs, [T(F32, (0, 0))])[0].dimensions == (0, 0)
+    (y,) = run_op(code, inputs, [T(F32, (0, 0))])
+    np.testing.assert_array_equal(y, onnx_eval(ONNX_OP[code], a, b))
 
 
 F = np.zeros((2, 2), np.float32)

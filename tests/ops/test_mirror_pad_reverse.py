@@ -7,27 +7,24 @@ np.flip and hand values. Both from NNAPI's documentation (feature level 7).
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from support.op_runner import Const, run_op
+from support import op_data
+from support.onnx_reference import ONNX_TYPE
+from support.op_data import F16, F32, I32, S8, U8
+from support.op_runner import Const, Input, inferred_output_types, run_op
 
-from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
 
-F32 = OperandCode.TENSOR_FLOAT32
-F16 = OperandCode.TENSOR_FLOAT16
-U8 = OperandCode.TENSOR_QUANT8_ASYMM
-S8 = OperandCode.TENSOR_QUANT8_ASYMM_SIGNED
-I32 = OperandCode.TENSOR_INT32
 INT = OperandType.scalar(OperandCode.INT32)
 MIRROR_PAD, REVERSE = OperationCode.MIRROR_PAD, OperationCode.REVERSE
 REFLECT, SYMMETRIC = 0, 1
 CODES = [F32, F16, I32, U8, S8]
 CODE_IDS = ["f32", "f16", "i32", "u8", "s8"]
-ONNX_TYPE = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
-             np.dtype(np.int32): TensorProto.INT32, np.dtype(np.uint8): TensorProto.UINT8,
-             np.dtype(np.int8): TensorProto.INT8}
 
 rng = np.random.default_rng(104)
 
@@ -42,9 +39,7 @@ def onnx_reflect_pad(x, paddings):
     return ReferenceEvaluator(model).run(None, {"x": x})[0]
 
 
-def ttype(code, dims):
-    return OperandType.tensor(code, dims, 0.5, 3 if code == U8 else -7) if code in (U8, S8) \
-        else OperandType.tensor(code, dims)
+ttype = partial(op_data.tensor_type, quant={U8: (0.5, 3), S8: (0.5, -7)})
 
 
 def sample(code, shape):
@@ -123,18 +118,10 @@ def test_paddings_as_model_input():
 
 
 def inferred_pad_dims(input_dims, paddings, mode=REFLECT, *, const_paddings=True):
-    m = Model()
-    x = m.add_operand(OperandType.tensor(F32, input_dims))
-    p = m.add_operand(OperandType.tensor(I32, (len(input_dims), 2)))
-    md = m.add_operand(INT)
-    out = m.add_operand(OperandType.tensor(F32, (0,) * len(input_dims)))
-    m.set_operand_value(md, np.int32(mode))
-    if const_paddings:
-        m.set_operand_value(p, np.asarray(paddings, np.int32))
-    m.add_operation(MIRROR_PAD, [x, p, md], [out])
-    m.identify_inputs_and_outputs([x] if const_paddings else [x, p], [out])
-    m.finish()
-    return m.inferred_operand_type(out).dimensions
+    inputs = [(OperandType.tensor(F32, input_dims), Input()),
+              (OperandType.tensor(I32, (len(input_dims), 2)), Const(paddings) if const_paddings else Input()),
+              (INT, mode)]
+    return inferred_output_types(MIRROR_PAD, inputs, [OperandType.tensor(F32, (0,) * len(input_dims))])[0].dimensions
 
 
 def test_mirror_pad_build_time_shape_inference():
@@ -225,15 +212,10 @@ def test_reverse_axis_as_model_input_and_unknown_dims():
 
 
 def test_reverse_build_time_shape_inference():
-    m = Model()
-    x = m.add_operand(OperandType.tensor(F32, (2, 3, 4)))
-    a = m.add_operand(OperandType.tensor(I32, (1,)))
-    m.set_operand_value(a, np.array([2], np.int32))
-    out = m.add_operand(OperandType.tensor(F32, (0, 0, 0)))
-    m.add_operation(REVERSE, [x, a], [out])
-    m.identify_inputs_and_outputs([x], [out])
-    m.finish()
-    assert m.inferred_operand_type(out).dimensions == (2, 3, 4)
+    (out,) = inferred_output_types(REVERSE, [(OperandType.tensor(F32, (2, 3, 4)), Input()),
+                                             (OperandType.tensor(I32, (1,)), Const([2]))],
+                                   [OperandType.tensor(F32, (0, 0, 0))])
+    assert out.dimensions == (2, 3, 4)
 
 
 def test_reverse_rejects_bad_axis():

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from support.int_reference import M31, rdbp, sat_pot, srdhm
 from support.onnx_reference import onnx_eval
-from support.op_runner import run_op
+from support.op_runner import Const, Input, inferred_output_types, run_op
 from support.tolerance import assert_cts_close
 
-from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
 
 F32, F16 = OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_FLOAT16
 U8, S8 = OperandCode.TENSOR_QUANT8_ASYMM, OperandCode.TENSOR_QUANT8_ASYMM_SIGNED
@@ -42,19 +42,9 @@ def assert_bad_data(code, inputs, outputs, *words):
 
 
 def inferred_output_dims(code, input_type, params, output_type):
-    """Build (not run) a one-operation model with constant scalar params; the output's inferred dims."""
-    model = Model()
-    x = model.add_operand(input_type)
-    ins = [x]
-    for t, v in params:
-        i = model.add_operand(t)
-        model.set_operand_value(i, np.asarray(v, dtype=t.dtype))
-        ins.append(i)
-    out = model.add_operand(output_type)
-    model.add_operation(code, ins, [out])
-    model.identify_inputs_and_outputs([x], [out])
-    model.finish()
-    return model.inferred_operand_type(out).dimensions
+    """The output's inferred dims, with constant params."""
+    inputs = [(input_type, Input())] + [(t, Const(v)) for t, v in params]
+    return inferred_output_types(code, inputs, [output_type])[0].dimensions
 
 
 # == LOCAL_RESPONSE_NORMALIZATION ==================================================================

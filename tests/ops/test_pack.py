@@ -6,24 +6,21 @@ type, shape, scale and zero point for every input and the output.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from support.op_runner import run_op
+from support import op_data
+from support.onnx_reference import ONNX_TYPE
+from support.op_data import F16, F32, I32, S8, U8
+from support.op_runner import Input, inferred_output_types, run_op
 
-from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
 
-F32 = OperandCode.TENSOR_FLOAT32
-F16 = OperandCode.TENSOR_FLOAT16
-U8 = OperandCode.TENSOR_QUANT8_ASYMM
-S8 = OperandCode.TENSOR_QUANT8_ASYMM_SIGNED
-I32 = OperandCode.TENSOR_INT32
 INT = OperandType.scalar(OperandCode.INT32)
 OP = OperationCode.PACK
-ONNX_TYPE = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
-             np.dtype(np.int32): TensorProto.INT32, np.dtype(np.uint8): TensorProto.UINT8,
-             np.dtype(np.int8): TensorProto.INT8}
 
 rng = np.random.default_rng(103)
 
@@ -40,9 +37,7 @@ def onnx_pack(parts, axis):
     return ReferenceEvaluator(model).run(None, dict(zip(names, parts)))[0]
 
 
-def ttype(code, dims):
-    return OperandType.tensor(code, dims, 0.5, 3 if code == U8 else -7) if code in (U8, S8) \
-        else OperandType.tensor(code, dims)
+ttype = partial(op_data.tensor_type, quant={U8: (0.5, 3), S8: (0.5, -7)})
 
 
 def sample(code, shape):
@@ -90,16 +85,8 @@ def test_quantized_values_are_moved_unchanged():
 
 # -- shapes -----------------------------------------------------------------------------------------
 def inferred_dims(input_dims, axis, count=2, *, const_axis=True):
-    m = Model()
-    a = m.add_operand(INT)
-    xs = [m.add_operand(OperandType.tensor(F32, input_dims)) for _ in range(count)]
-    out = m.add_operand(OperandType.tensor(F32, (0,) * (len(input_dims) + 1)))
-    if const_axis:
-        m.set_operand_value(a, np.int32(axis))
-    m.add_operation(OP, [a, *xs], [out])
-    m.identify_inputs_and_outputs(xs if const_axis else [a, *xs], [out])
-    m.finish()
-    return m.inferred_operand_type(out).dimensions
+    inputs = [(INT, axis if const_axis else Input())] + [(OperandType.tensor(F32, input_dims), Input())] * count
+    return inferred_output_types(OP, inputs, [OperandType.tensor(F32, (0,) * (len(input_dims) + 1))])[0].dimensions
 
 
 def test_build_time_shape_inference():

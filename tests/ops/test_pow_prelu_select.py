@@ -15,17 +15,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import MltsError, OperandType, OperationCode, ResultCode
 from support.int_reference import quantize_multiplier_ref, requantize_ref, rescale
 from support.onnx_reference import onnx_eval
-from support.op_runner import Const, expect_error, run_op
+from support.op_data import B8, F16, F32, I32, S8, U8
+from support.op_data import QUANT_RANGE as RANGE
+from support.op_runner import Const, Input, expect_error, inferred_output_types, run_op
 from support.tolerance import assert_cts_close
 
-F32, F16, I32 = OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_FLOAT16, OperandCode.TENSOR_INT32
-U8, S8, B8 = OperandCode.TENSOR_QUANT8_ASYMM, OperandCode.TENSOR_QUANT8_ASYMM_SIGNED, OperandCode.TENSOR_BOOL8
 T = OperandType.tensor
 O = OperationCode
-RANGE = {U8: (0, 255), S8: (-128, 127)}
 DTYPE = {U8: np.uint8, S8: np.int8, F32: np.float32, F16: np.float16, I32: np.int32}
 RNG = np.random.default_rng(17)
 
@@ -35,13 +34,7 @@ def run1(code, inputs, t_out):
 
 
 def inferred_dimensions(code, in_types, out_type):
-    m = Model()
-    ins = [m.add_operand(t) for t in in_types]
-    out = m.add_operand(out_type)
-    m.add_operation(code, ins, [out])
-    m.identify_inputs_and_outputs(ins, [out])
-    m.finish()
-    return m.inferred_operand_type(out).dimensions
+    return inferred_output_types(code, [(t, Input()) for t in in_types], [out_type])[0].dimensions
 
 
 # -- POW --------------------------------------------------------------------------------------------

@@ -8,25 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from support.op_runner import Const, run_op
+from support.onnx_reference import ONNX_TYPE
+from support.op_data import B8, F16, F32, I32, S8, U8
+from support.op_runner import Const, Input, inferred_output_types, run_op
 from support.tolerance import assert_cts_close
 
-from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
 
-F32 = OperandCode.TENSOR_FLOAT32
-F16 = OperandCode.TENSOR_FLOAT16
-U8 = OperandCode.TENSOR_QUANT8_ASYMM
-S8 = OperandCode.TENSOR_QUANT8_ASYMM_SIGNED
-I32 = OperandCode.TENSOR_INT32
-B8 = OperandCode.TENSOR_BOOL8
 SUM, PROD = OperationCode.REDUCE_SUM, OperationCode.REDUCE_PROD
 MAX, MIN = OperationCode.REDUCE_MAX, OperationCode.REDUCE_MIN
 ANY, ALL = OperationCode.REDUCE_ANY, OperationCode.REDUCE_ALL
 ONNX_NAME = {SUM: "ReduceSum", PROD: "ReduceProd", MAX: "ReduceMax", MIN: "ReduceMin"}
-ONNX_TYPE = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.uint8): TensorProto.UINT8,
-             np.dtype(np.int8): TensorProto.INT8}
 
 rng = np.random.default_rng(75)
 
@@ -247,18 +241,11 @@ def test_duplicate_and_negative_axes_reduce_once():
 
 # -- build-time shape inference -------------------------------------------------------------------
 def inferred_dims(input_dims, axes, keep, *, const_axes=True, code=F32):
-    m = Model()
-    x = m.add_operand(OperandType.tensor(code, input_dims))
-    a = m.add_operand(OperandType.tensor(I32, (len(axes),)))
-    k = m.add_operand(OperandType.scalar(OperandCode.BOOL))
-    out = m.add_operand(OperandType.tensor(code, (0,) * (len(input_dims) if keep else 1)))
-    if const_axes:
-        m.set_operand_value(a, np.asarray(axes, np.int32))
-    m.set_operand_value(k, np.bool_(keep))
-    m.add_operation(MAX, [x, a, k], [out])
-    m.identify_inputs_and_outputs([x] if const_axes else [x, a], [out])
-    m.finish()
-    return m.inferred_operand_type(out).dimensions
+    inputs = [(OperandType.tensor(code, input_dims), Input()),
+              (OperandType.tensor(I32, (len(axes),)), Const(axes) if const_axes else Input()),
+              (OperandType.scalar(OperandCode.BOOL), keep)]
+    out_type = OperandType.tensor(code, (0,) * (len(input_dims) if keep else 1))
+    return inferred_output_types(MAX, inputs, [out_type])[0].dimensions
 
 
 def test_build_time_shape_inference():

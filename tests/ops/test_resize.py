@@ -19,10 +19,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from support.direct import run_op_direct
-from support.op_runner import expect_error, run_op
+from support.op_runner import Input, expect_error, inferred_output_types, run_op
 from support.tolerance import assert_cts_close
 
-from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
 
 F32 = OperandCode.TENSOR_FLOAT32
 F16 = OperandCode.TENSOR_FLOAT16
@@ -340,18 +340,10 @@ def test_output_shape_unknown_dims_are_inferred():
 
 def test_build_time_shape_inference():
     def build(in_dims, out_dims, scale):
-        model = Model()
-        x = model.add_operand(OperandType.tensor(F32, in_dims))
-        sizes = [model.add_operand(OperandType.scalar(OperandCode.FLOAT32)) for _ in range(2)]
-        for s in sizes:
-            model.set_operand_value(s, np.float32(scale))
-        flag = model.add_operand(OperandType.scalar(OperandCode.BOOL))
-        model.set_operand_value(flag, np.bool_(False))
-        y = model.add_operand(OperandType.tensor(F32, out_dims))
-        model.add_operation(NEAREST, [x, *sizes, flag], [y])
-        model.identify_inputs_and_outputs([x], [y])
-        model.finish()
-        return model.inferred_operand_type(y).dimensions
+        scale_t = OperandType.scalar(OperandCode.FLOAT32)
+        inputs = [(OperandType.tensor(F32, in_dims), Input()), (scale_t, scale), (scale_t, scale),
+                  (OperandType.scalar(OperandCode.BOOL), False)]
+        return inferred_output_types(NEAREST, inputs, [OperandType.tensor(F32, out_dims)])[0].dimensions
 
     assert build((2, 4, 6, 3), (0, 0, 0, 0), 1.5) == (2, 6, 9, 3)
     assert build((0, 4, 6, 3), (0, 0, 0, 0), 1.5) == (0, 0, 0, 0)   # not known until run time

@@ -13,20 +13,15 @@ import pytest
 from support import op_data
 from support.onnx_reference import onnx_eval, onnx_outputs
 from support.op_data import int_scalar, int_vec
+from support.op_data import ALL_TYPES, F16, F32, I32, S8, U8
+from support.op_data import TYPE_IDS as IDS
 from support.op_runner import Const, expect_error, run_op
 
 from mlts.runtime import OperandCode, OperandType, OperationCode, ResultCode
 
-F32 = OperandCode.TENSOR_FLOAT32
-F16 = OperandCode.TENSOR_FLOAT16
-U8 = OperandCode.TENSOR_QUANT8_ASYMM
-S8 = OperandCode.TENSOR_QUANT8_ASYMM_SIGNED
-I32 = OperandCode.TENSOR_INT32
 INT32 = OperandCode.INT32
 SLICE, STRIDED_SLICE, SPLIT = OperationCode.SLICE, OperationCode.STRIDED_SLICE, OperationCode.SPLIT
 QUANT = {U8: (0.5, 120), S8: (0.25, -3)}
-ALL_TYPES = [F32, F16, U8, S8, I32]
-IDS = {F32: "f32", F16: "f16", U8: "u8", S8: "s8", I32: "i32"}
 INT64_MAX = np.iinfo(np.int64).max
 
 rng = np.random.default_rng(2024)

@@ -15,9 +15,9 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 from support import op_data
 from support.op_data import int_scalar, int_vec
-from support.op_runner import expect_error, run_op
+from support.op_runner import Const, Input, expect_error, inferred_output_types, run_op
 
-from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
 
 F32 = OperandCode.TENSOR_FLOAT32
 F16 = OperandCode.TENSOR_FLOAT16
@@ -290,21 +290,8 @@ def test_unknown_input_dims_resolved_at_run_time():
 
 
 def inferred_output(op, inputs, out_type):
-    """Build (not run) a one-operation model; the output type static shape inference gives."""
-    model = Model()
-    idx, model_inputs = [], []
-    for t, v in inputs:
-        i = model.add_operand(t)
-        idx.append(i)
-        if v is None:
-            model_inputs.append(i)
-        else:
-            model.set_operand_value(i, np.asarray(v, dtype=t.dtype))
-    out = model.add_operand(out_type)
-    model.add_operation(op, idx, [out])
-    model.identify_inputs_and_outputs(model_inputs, [out])
-    model.finish()
-    return model.inferred_operand_type(out)
+    """inferred_output_types with `None` meaning a model input and any other value a constant."""
+    return inferred_output_types(op, [(t, Input() if v is None else Const(v)) for t, v in inputs], [out_type])[0]
 
 
 BOOL = OperandType.scalar(OperandCode.BOOL)

@@ -7,24 +7,21 @@ V1_3/topk_v2_quant8_signed.mod.py.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from support.op_runner import run_op
+from support import op_data
+from support.onnx_reference import ONNX_TYPE
+from support.op_data import F16, F32, I32, S8, U8
+from support.op_runner import Input, inferred_output_types, run_op
 
-from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
 
-F32 = OperandCode.TENSOR_FLOAT32
-F16 = OperandCode.TENSOR_FLOAT16
-U8 = OperandCode.TENSOR_QUANT8_ASYMM
-S8 = OperandCode.TENSOR_QUANT8_ASYMM_SIGNED
-I32 = OperandCode.TENSOR_INT32
 INT = OperandType.scalar(OperandCode.INT32)
 TOPK = OperationCode.TOPK_V2
-ONNX_TYPE = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
-             np.dtype(np.int32): TensorProto.INT32, np.dtype(np.uint8): TensorProto.UINT8,
-             np.dtype(np.int8): TensorProto.INT8}
 
 rng = np.random.default_rng(90)
 
@@ -40,9 +37,7 @@ def onnx_topk(x, k):
     return ReferenceEvaluator(model).run(None, {"x": x})
 
 
-def ttype(code, dims):
-    return OperandType.tensor(code, dims, 0.5, 3 if code == U8 else -7) if code in (U8, S8) \
-        else OperandType.tensor(code, dims)
+ttype = partial(op_data.tensor_type, quant={U8: (0.5, 3), S8: (0.5, -7)})
 
 
 def run_topk(t, x, k):
@@ -141,17 +136,11 @@ def test_spec_integer_examples(t, x, values):
 
 # -- shapes -----------------------------------------------------------------------------------------
 def inferred_dims(input_dims, k, *, const_k=True):
-    m = Model()
-    x = m.add_operand(OperandType.tensor(F32, input_dims))
-    kk = m.add_operand(INT)
-    values = m.add_operand(OperandType.tensor(F32, (0,) * len(input_dims)))
-    indices = m.add_operand(OperandType.tensor(I32, (0,) * len(input_dims)))
-    if const_k:
-        m.set_operand_value(kk, np.int32(k))
-    m.add_operation(TOPK, [x, kk], [values, indices])
-    m.identify_inputs_and_outputs([x] if const_k else [x, kk], [values, indices])
-    m.finish()
-    return m.inferred_operand_type(values).dimensions, m.inferred_operand_type(indices).dimensions
+    unknown = (0,) * len(input_dims)
+    values, indices = inferred_output_types(TOPK, [(OperandType.tensor(F32, input_dims), Input()),
+                                                   (INT, k if const_k else Input())],
+                                            [OperandType.tensor(F32, unknown), OperandType.tensor(I32, unknown)])
+    return values.dimensions, indices.dimensions
 
 
 def test_build_time_shape_inference():

@@ -15,11 +15,12 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from conv_reference import f32, ref_act_range, ref_quantize_multiplier, ref_rescale
-from mlts.runtime import FuseCode, MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode
+from conv_reference import (FLOAT_ACT_RANGE, dequantized_operands, nchw_of, quant_filter_and_bias, quantize_round,
+                            random_quant_data, ref_act_range, requantize_real, requantize_sums)
+from mlts.runtime import FuseCode, OperandCode, OperandType, OperationCode
 from mlts.runtime.operand_type import SymmPerChannelQuantParams
 from support.direct import run_op_direct
-from support.op_runner import Const, run_op
+from support.op_runner import Const, expect_error, inferred_output_types, run_op
 from support.tolerance import assert_cts_close
 
 OP = OperationCode.TRANSPOSE_CONV_2D
@@ -29,8 +30,6 @@ PC = OperandCode.TENSOR_QUANT8_SYMM_PER_CHANNEL
 I32 = OperandCode.TENSOR_INT32
 INT, BOOL = OperandType.scalar(OperandCode.INT32), OperandType.scalar(OperandCode.BOOL)
 SAME, VALID = 1, 2
-ACT_RANGE = {FuseCode.NONE: (-np.inf, np.inf), FuseCode.RELU: (0, np.inf), FuseCode.RELU6: (0, 6),
-             FuseCode.RELU1: (-1, 1)}
 
 
 def tconv_inputs(x_t, x, f_t, f, b_t, b, *, pads=None, code=None, out_shape=None, strides=(1, 1), fuse=0,
@@ -45,10 +44,6 @@ def tconv_inputs(x_t, x, f_t, f, b_t, b, *, pads=None, code=None, out_shape=None
         ins += [(OperandType.tensor(I32, (4,)), Const(shape) if const_shape else shape), (INT, code)]
     ins += [(INT, strides[0]), (INT, strides[1]), (INT, fuse), (BOOL, nchw)]
     return ins
-
-
-def nchw_of(a):
-    return np.ascontiguousarray(np.transpose(a, (0, 3, 1, 2)))
 
 
 def nnapi_implicit_pads(out_hw, strides, filter_hw, code):
@@ -77,7 +72,7 @@ def onnx_transpose_conv(x_nhwc, f_nnapi, b, pads, strides, fuse=FuseCode.NONE):
     x = np.transpose(np.asarray(x_nhwc, np.float64), (0, 3, 1, 2))
     w = np.transpose(np.asarray(f_nnapi, np.float64), (3, 0, 1, 2))  # [out, h, w, in] -> [in, out, h, w]
     y = ReferenceEvaluator(model).run(None, {"X": x, "W": w, "B": np.asarray(b, np.float64)})[0]
-    return np.clip(np.transpose(y, (0, 2, 3, 1)), *ACT_RANGE[fuse])
+    return np.clip(np.transpose(y, (0, 2, 3, 1)), *FLOAT_ACT_RANGE[fuse])
 
 
 # -- float -------------------------------------------------------------------------------------------
@@ -145,21 +140,7 @@ def test_float16(case):
 
 
 def _inferred_output(ins, out_t):
-    """Build (not run) the one-operation model; the output type that static shape inference gives."""
-    model = Model()
-    idx, model_inputs = [], []
-    for t, v in ins:
-        i = model.add_operand(t)
-        idx.append(i)
-        if isinstance(v, Const) or t.is_scalar:
-            model.set_operand_value(i, np.asarray(v.value if isinstance(v, Const) else v, dtype=t.dtype))
-        else:
-            model_inputs.append(i)
-    out = model.add_operand(out_t)
-    model.add_operation(OP, idx, [out])
-    model.identify_inputs_and_outputs(model_inputs, [out])
-    model.finish()
-    return model.inferred_operand_type(out)
+    return inferred_output_types(OP, ins, [out_t])[0]
 
 
 def test_unknown_dims_and_output_shape_known_only_at_run_time():
@@ -223,13 +204,7 @@ def ref_transpose_quant(x, zx, f, zf, bias, pads, strides, out_hw, sx, f_scales,
                     oy, ox = y * sh - top + i, xx * sw - left + j
                     if 0 <= oy < oh and 0 <= ox < ow:
                         acc[:, oy, ox, :] += xc[:, y, xx, :] @ fc[:, i, j, :].T
-    lo, hi = ref_act_range(fuse, out_scale, out_zp, *qrange)
-    out = np.zeros_like(acc)
-    for oc in range(o):
-        m, e = ref_quantize_multiplier(f32(f32(sx) * f32(f_scales[oc])) / f32(out_scale))
-        for idx in np.ndindex(n, oh, ow):
-            out[idx + (oc,)] = min(hi, max(lo, ref_rescale(int(acc[idx + (oc,)]) + int(bias[oc]), m, e) + out_zp))
-    return out
+    return requantize_sums(acc, bias, sx, f_scales, out_scale, out_zp, fuse, qrange)
 
 
 QUANT_CASES = [
@@ -246,41 +221,21 @@ QUANT_CASES = [
 
 def _quant_case(case, rng):
     name, xs, fs, padding, strides, fuse, out_scale, per_channel = case
-    zx, sx = 121, 0.03
-    x = rng.integers(0, 256, xs)
-    if per_channel:
-        f = rng.integers(-127, 128, fs)
-        zf, f_scales = 0, [0.004 * (i + 1) for i in range(fs[0])]
-    else:
-        f = rng.integers(0, 256, fs)
-        zf, f_scales = 133, [0.006] * fs[0]
-    bias = rng.integers(-3000, 3000, fs[0])
-    if name == "multiplier>1":  # out_scale < input x filter scale: tiny sums keep the output in range
-        x = rng.integers(zx - 2, zx + 3, xs)
-        f = rng.integers(zf - 3, zf + 4, fs)
-        bias = rng.integers(-20, 21, fs[0])
+    c = random_quant_data(name, xs, fs, per_channel, rng)
     if isinstance(padding[1], tuple):
         pads = nnapi_implicit_pads(padding[1], strides, fs[1:3], padding[0])
     else:
         pads = padding
     out_hw = tuple(n * s + k - s - a - b for n, s, k, a, b in
                    zip(xs[1:3], strides[::-1], fs[1:3], pads[2::-2], pads[3::-2]))
-    return dict(x=x, zx=zx, sx=sx, f=f, zf=zf, f_scales=f_scales, bias=bias, padding=padding, pads=pads,
-                out_hw=out_hw, strides=strides, fuse=fuse, out_scale=out_scale, per_channel=per_channel)
+    return dict(c, padding=padding, pads=pads, out_hw=out_hw, strides=strides, fuse=fuse, out_scale=out_scale)
 
 
 def _run_quant(c, code, shift=0, *, nchw=False):
     """Run the case in type `code`; `shift` moves data and zero points (-128 for the signed type)."""
     x = (c["x"] + shift).astype(np.int64)
     in_t = OperandType.tensor(code, x.shape, c["sx"], c["zx"] + shift)
-    if c["per_channel"]:
-        f = c["f"].astype(np.int8)
-        f_t = OperandType.tensor(PC, f.shape, 0.0, 0, SymmPerChannelQuantParams(tuple(c["f_scales"]), 0))
-        b_t = OperandType.tensor(I32, c["bias"].shape, 0.0, 0)
-    else:
-        f = c["f"] + shift
-        f_t = OperandType.tensor(code, f.shape, c["f_scales"][0], c["zf"] + shift)
-        b_t = OperandType.tensor(I32, c["bias"].shape, f32(f32(c["sx"]) * f32(c["f_scales"][0])), 0)
+    f_t, f, b_t = quant_filter_and_bias(c, code, shift)
     x_in = nchw_of(x) if nchw else x
     if isinstance(c["padding"][1], tuple):
         n, o = x.shape[0], f.shape[0]
@@ -295,13 +250,9 @@ def _run_quant(c, code, shift=0, *, nchw=False):
 
 
 def dequant_float_expected(c, qrange):
-    scales = np.asarray(c["f_scales"], np.float64)
-    xr = (c["x"].astype(np.float64) - c["zx"]) * c["sx"]
-    fr = (c["f"].astype(np.float64) - c["zf"]) * scales[:, None, None, None]
-    br = c["bias"].astype(np.float64) * c["sx"] * scales
+    xr, fr, br = dequantized_operands(c)
     real = onnx_transpose_conv(xr, fr, br, c["pads"], c["strides"], c["fuse"])
-    q = np.sign(real) * np.floor(np.abs(real) / c["out_scale"] + 0.5) + 128
-    return np.clip(q, *ref_act_range(c["fuse"], c["out_scale"], 128, *qrange))
+    return requantize_real(real, c["out_scale"], 128, *ref_act_range(c["fuse"], c["out_scale"], 128, *qrange))
 
 
 @pytest.mark.parametrize("case", QUANT_CASES, ids=[c[0] for c in QUANT_CASES])
@@ -320,11 +271,6 @@ def test_quant8(case):
 
 
 # -- AOSP spec examples (V1_2/transpose_conv2d.mod.py) -------------------------------------------------------
-def _quantize(values, scale, zp, lo=0, hi=255):
-    v = np.asarray(values, np.float64) / scale
-    return np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5) + zp, lo, hi).astype(np.int64)
-
-
 # TEST 1: VALID, stride 2, output shape [1, 5, 5, 2]
 SPEC1_X = np.array([1, 2, 3, 4], np.float64).reshape(1, 2, 2, 1)
 SPEC1_F = np.array([1, 3, 5, 7, 9, 11, 13, 15, 17, 2, 4, 6, 8, 10, 12, 14, 16, 18], np.float64).reshape(2, 3, 3, 1)
@@ -345,7 +291,7 @@ def test_spec_example_float(code, fuse, nchw):
                        SPEC1_F.astype(dtype), OperandType.tensor(code, (2,)), SPEC1_B.astype(dtype), code=VALID,
                        out_shape=(1, 2, 5, 5) if nchw else (1, 5, 5, 2), strides=(2, 2), fuse=fuse, nchw=nchw)
     (out,) = run_op(OP, ins, [OperandType.tensor(code, (0, 0, 0, 0))])
-    expected = np.clip(SPEC1_OUT, *ACT_RANGE[fuse])
+    expected = np.clip(SPEC1_OUT, *FLOAT_ACT_RANGE[fuse])
     assert_cts_close(out, nchw_of(expected) if nchw else expected, code)
 
 
@@ -354,23 +300,23 @@ def test_spec_example_quant8(variant):
     in_scale, in_zp, out_scale, out_zp = {"quant8": (0.5, 0, 0.5, 0), "quant8_mult_gt_1": (0.5, 100, 0.1, 80),
                                           "channelQuant8": (0.25, 100, 0.5, 80),
                                           "channelQuant8_mult_gt_1": (0.25, 100, 0.1, 80)}[variant]
-    x = _quantize(SPEC1_X, in_scale, in_zp).astype(np.uint8)
+    x = quantize_round(SPEC1_X, in_scale, in_zp).astype(np.uint8)
     if variant.startswith("channel"):
         f_scales = (0.25, 0.5)
-        f = _quantize(SPEC1_F / np.array(f_scales)[:, None, None, None], 1.0, 0, -127, 127).astype(np.int8)
+        f = quantize_round(SPEC1_F / np.array(f_scales)[:, None, None, None], 1.0, 0, -127, 127).astype(np.int8)
         f_t = OperandType.tensor(PC, f.shape, 0.0, 0, SymmPerChannelQuantParams(f_scales, 0))
-        b = _quantize(SPEC1_B / (in_scale * np.array(f_scales)), 1.0, 0, -2**31, 2**31 - 1)
+        b = quantize_round(SPEC1_B / (in_scale * np.array(f_scales)), 1.0, 0, -2**31, 2**31 - 1)
         b_t = OperandType.tensor(I32, (2,), 0.0, 0)
     else:
         f_zp = 0 if variant == "quant8" else 128
-        f = _quantize(SPEC1_F, 0.5, f_zp).astype(np.uint8)
+        f = quantize_round(SPEC1_F, 0.5, f_zp).astype(np.uint8)
         f_t = OperandType.tensor(U8, f.shape, 0.5, f_zp)
-        b = _quantize(SPEC1_B, 0.25, 0, -2**31, 2**31 - 1)
+        b = quantize_round(SPEC1_B, 0.25, 0, -2**31, 2**31 - 1)
         b_t = OperandType.tensor(I32, (2,), 0.25, 0)
     ins = tconv_inputs(OperandType.tensor(U8, x.shape, in_scale, in_zp), x, f_t, f, b_t, b.astype(np.int32),
                        code=VALID, out_shape=(1, 5, 5, 2), strides=(2, 2))
     (out,) = run_op(OP, ins, [OperandType.tensor(U8, (1, 5, 5, 2), out_scale, out_zp)])
-    assert_cts_close(out, _quantize(SPEC1_OUT, out_scale, out_zp), U8)
+    assert_cts_close(out, quantize_round(SPEC1_OUT, out_scale, out_zp), U8)
 
 
 def _run_spec_float(x, f, b, **kw):
@@ -414,13 +360,7 @@ OUT_Q = OperandType.tensor(U8, (1, 4, 4, 3), 1.0, 128)
 
 
 def _expect_bad_data(ins, out_t, *words):
-    with pytest.raises(MltsError) as info:
-        run_op(OP, ins, [out_t])
-    assert info.value.code == ResultCode.BAD_DATA
-    msg = str(info.value)
-    assert "TRANSPOSE_CONV_2D" in msg and "operation 0" in msg, msg
-    for w in words:
-        assert w in msg, msg
+    expect_error(OP, ins, [out_t], "operation 0", *words)
 
 
 def test_valid_inputs_run():

@@ -6,7 +6,7 @@ here keeps every test file's call to it a single line.
 from __future__ import annotations
 
 import numpy as np
-from onnx import helper
+from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 
@@ -27,3 +27,9 @@ def onnx_outputs(op_type: str, *inputs: np.ndarray | None, n_outputs: int = 1, o
 def onnx_eval(op_type: str, *inputs: np.ndarray | None, opset: int = 21, **attrs) -> np.ndarray:
     """The single output of one `op_type` node on `inputs` (see onnx_outputs)."""
     return onnx_outputs(op_type, *inputs, opset=opset, **attrs)[0]
+
+
+# The ONNX element type of each numpy dtype the ops tests feed to hand-built ONNX graphs.
+ONNX_TYPE = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
+             np.dtype(np.int32): TensorProto.INT32, np.dtype(np.uint8): TensorProto.UINT8,
+             np.dtype(np.int8): TensorProto.INT8}

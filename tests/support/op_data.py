@@ -12,7 +12,12 @@ import numpy as np
 from mlts.runtime import OperandCode, OperandType
 from support.op_runner import Const
 
+F32, F16 = OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_FLOAT16
 U8, S8 = OperandCode.TENSOR_QUANT8_ASYMM, OperandCode.TENSOR_QUANT8_ASYMM_SIGNED
+I32, B8 = OperandCode.TENSOR_INT32, OperandCode.TENSOR_BOOL8
+ALL_TYPES = [F32, F16, U8, S8, I32]
+TYPE_IDS = {F32: "f32", F16: "f16", U8: "u8", S8: "s8", I32: "i32"}
+QUANT_RANGE = {U8: (0, 255), S8: (-128, 127)}
 
 
 def tensor_type(code: OperandCode, shape: Sequence[int],

@@ -2,7 +2,8 @@
 
 `run_op(code, inputs, outputs)` builds a one-operation model through the public API, compiles it
 for nnapi-reference only and executes it. Tensor inputs are model inputs unless wrapped in
-`Const`; scalars are always constants; `None` values are omitted optional operands.
+`Const`; scalars are constants unless wrapped in `Input`; `None` values are omitted optional operands.
+`inferred_output_types` builds the same model without running it, for build-time shape inference.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 import pytest
 
-from mlts.runtime import MltsError, OperandType, OperationCode, ResultCode
+from mlts.runtime import MltsError, Model, OperandType, OperationCode, ResultCode
 
 
 @dataclass
@@ -20,10 +21,18 @@ class Const:
     value: Any
 
 
-def run_op(code: OperationCode, inputs: Sequence[tuple[OperandType, Any]], outputs: Sequence[OperandType],
-           *, relaxed: bool = False, device: str = "nnapi-reference") -> list[np.ndarray]:
-    from mlts.runtime import Compilation, Execution, Model, devices
+@dataclass
+class Input:
+    """A model input even where its type is a scalar; `value` is what run_op feeds (inference ignores it)."""
+    value: Any = None
 
+
+def build_op_model(code: OperationCode, inputs: Sequence[tuple[OperandType, Any]], outputs: Sequence[OperandType],
+                   *, relaxed: bool = False) -> tuple[Model, list[int], list[Any]]:
+    """The finished one-operation model, its output operand indices and the values to feed its inputs.
+
+    Model building runs NNAPI's build-time checks and shape inference, so tests of either need no execution.
+    """
     model = Model()
     model_inputs, feeds = [], []
     op_inputs = []
@@ -32,6 +41,9 @@ def run_op(code: OperationCode, inputs: Sequence[tuple[OperandType, Any]], outpu
         op_inputs.append(idx)
         if v is None:
             model.set_operand_value(idx, None)
+        elif isinstance(v, Input):
+            model_inputs.append(idx)
+            feeds.append(None if v.value is None else np.asarray(v.value, dtype=t.dtype))
         elif isinstance(v, Const) or t.is_scalar:
             raw = v.value if isinstance(v, Const) else v
             model.set_operand_value(idx, np.asarray(raw, dtype=t.dtype))
@@ -43,6 +55,21 @@ def run_op(code: OperationCode, inputs: Sequence[tuple[OperandType, Any]], outpu
     model.identify_inputs_and_outputs(model_inputs, out_idx)
     model.relax_computation_float32_to_float16(relaxed)
     model.finish()
+    return model, out_idx, feeds
+
+
+def inferred_output_types(code: OperationCode, inputs: Sequence[tuple[OperandType, Any]],
+                          outputs: Sequence[OperandType]) -> list[OperandType]:
+    """The output types build-time shape inference gives the one-operation model (built, not run)."""
+    model, out_idx, _ = build_op_model(code, inputs, outputs)
+    return [model.inferred_operand_type(i) for i in out_idx]
+
+
+def run_op(code: OperationCode, inputs: Sequence[tuple[OperandType, Any]], outputs: Sequence[OperandType],
+           *, relaxed: bool = False, device: str = "nnapi-reference") -> list[np.ndarray]:
+    from mlts.runtime import Compilation, Execution, devices
+
+    model, _, feeds = build_op_model(code, inputs, outputs, relaxed=relaxed)
     dev = [d for d in devices() if d.name == device]
     compilation = Compilation.for_devices(model, dev)
     compilation.finish()
