@@ -345,17 +345,19 @@ def test_unsupported_fails_with_op_failed_then_the_cpu_takes_over(register, mode
 
 def test_unsupported_claims_operations_it_has_no_kernel_for(register):
     m = Model()
-    t = OperandType(OperandCode.TENSOR_FLOAT32, (2, 2))
-    a, b = m.add_operand(t), m.add_operand(t)
-    m.add_operation(OperationCode.RANDOM_MULTINOMIAL, [a], [b])  # an operation mlts has no kernel for
-    m.identify_inputs_and_outputs([a], [b])
+    values = m.add_operand(OperandType(OperandCode.TENSOR_FLOAT32, (2, 2)))
+    lookups = m.add_operand(OperandType(OperandCode.TENSOR_INT32, (2,)))
+    b = m.add_operand(OperandType(OperandCode.TENSOR_FLOAT32, (2, 2)))
+    m.set_operand_value(lookups, np.array([1, 0], np.int32))
+    m.add_operation(OperationCode.EMBEDDING_LOOKUP, [lookups, values], [b])  # an operation mlts has no kernel for
+    m.identify_inputs_and_outputs([values], [b])
     m.finish()
     _, device = only(register, "unsupported@execute?op=CONV_2D")
     assert m.get_supported_operations_for_devices([device]) == [True]
     c = compiled(m, [device])  # prepares: it said it could
     with pytest.raises(MltsError) as info:
         run(c, np.ones((2, 2), np.float32))
-    assert info.value.code == ResultCode.OP_FAILED and "operation 0 (RANDOM_MULTINOMIAL)" in info.value.message
+    assert info.value.code == ResultCode.OP_FAILED and "operation 0 (EMBEDDING_LOOKUP)" in info.value.message
 
 
 def test_dynamic_shape_error_surfaces_with_the_reported_shapes(register, model, xy):

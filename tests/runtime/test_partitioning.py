@@ -617,9 +617,14 @@ def test_an_operation_no_device_supports_fails_at_once():
     from mlts.runtime import OperationCode
 
     m = Model()
-    t = OperandType(OperandCode.TENSOR_FLOAT32, (2,))
-    a, b = m.add_operand(t), m.add_operand(t)
-    m.add_operation(OperationCode.LSH_PROJECTION, [a], [b])  # no mlts kernel
+    hashes = m.add_operand(OperandType(OperandCode.TENSOR_FLOAT32, (4, 2)))
+    a = m.add_operand(OperandType(OperandCode.TENSOR_FLOAT32, (3, 2)))
+    weights, kind = m.add_operand(OperandType(OperandCode.TENSOR_FLOAT32, (3,))), m.add_operand(OperandType(OperandCode.INT32))
+    b = m.add_operand(OperandType(OperandCode.TENSOR_INT32, (8,)))
+    m.set_operand_value(hashes, np.zeros((4, 2), np.float32))
+    m.set_operand_value(weights, None)
+    m.set_operand_value(kind, np.int32(2))  # DENSE
+    m.add_operation(OperationCode.LSH_PROJECTION, [hashes, a, weights, kind], [b])  # no mlts kernel
     m.identify_inputs_and_outputs([a], [b])
     m.finish()
     with pytest.raises(MltsError) as info:

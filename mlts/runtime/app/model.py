@@ -18,7 +18,7 @@ from ..errors import MltsError, bad_data, bad_state
 from ..hal import HalModel
 from ..hal.memory import Memory
 from ..operand_type import OperandType, SymmPerChannelQuantParams, as_operand_array, validate_operand_type
-from ..ops import OperationContext, SubgraphSignature, ValueUnknown, get_operation
+from ..ops import OperationContext, SubgraphSignature, ValueUnknown, get_operation, get_signature
 from .hal_builder import HalBuilder
 from .manager import supported_operations_for_devices
 
@@ -337,8 +337,10 @@ class Model:
 
     def _validate_operation(self, op_index: int, operation: _Operation, *, phase: str) -> None:
         impl = get_operation(operation.code)
-        if impl is None:
-            return  # not implemented by mlts: allowed in a model; devices will report it unsupported
+        # No kernel: NNAPI's structural checks still apply (devices will report the operation unsupported).
+        validator = impl if impl is not None else get_signature(operation.code)
+        if validator is None:
+            return
         in_types: list[OperandType | None] = []
         values: list[Any] = []
         for i in operation.inputs:
@@ -354,14 +356,14 @@ class Model:
                                input_values=values, input_operands=operation.inputs,
                                output_operands=operation.outputs, phase="validate", relaxed=self._relaxed)
         try:
-            impl.validate(ctx)
+            validator.validate(ctx)
         except MltsError:
             raise
         except ValueUnknown:
             pass
         except Exception as e:  # a validator bug must still surface as a clean error
             raise bad_data(f"operation {op_index} ({operation.code.name}): validation failed: {e}") from None
-        if phase != "finish":
+        if phase != "finish" or impl is None:  # a signature has no shape inference
             return
         ctx.phase = "prepare"
         try:
