@@ -44,6 +44,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="nnapi-cts: only cases from these spec directories (V1_0, V1_1, V1_2, V1_3, V1_3_cts_only)")
     p.add_argument("--no-dynamic", action="store_true",
                    help="nnapi-cts: skip the dynamic-output-shape variant of each case")
+    p.add_argument("--paths", action="append", metavar="PATHS",
+                   help="nnapi-cts: execution paths (comma-separated, repeatable; default all): sync, async, burst, "
+                        "fenced (start_compute_with_dependencies), cached (compiled twice with a cache directory, "
+                        "the second from the cache)")
     add_run_options(p)
     p.set_defaults(func=run)
     return p
@@ -85,34 +89,43 @@ def _cts_devices(args: argparse.Namespace) -> list:
     return [by_name[n] for n in names]
 
 
-def _print_cts_summary(results, spec_dirs_of: dict[str, str]) -> None:
-    from mlts.conformance.nnapi_cts.suite import summarize
+def _print_cts_summary(records: list[dict]) -> None:
+    from mlts.conformance.nnapi_cts.tables import failing, path_counts, replay_command, type_matrices
 
-    table = summarize(results)
-    width = min(max([len(op) for _, op in table] + [9]), 40)  # long model names overflow
-    for device in dict.fromkeys(dev for dev, _ in table):
-        rows = sorted((op, counts) for (dev, op), counts in table.items() if dev == device)
-        total = {k: sum(c[k] for _, c in rows) for k in ("pass", "fail", "n/a", "error")}
-        print(f"\n{device}: {total['pass']} pass, {total['fail']} fail, {total['n/a']} n/a, {total['error']} error")
-        print(f"  {'operation':<{width}}  {'pass':>6} {'fail':>6} {'n/a':>6} {'error':>6}")
-        for op, c in rows:
-            print(f"  {op:<{width}}  {c['pass']:>6} {c['fail']:>6} {c['n/a']:>6} {c['error']:>6}")
-    bad = [r for r in results if r.status in ("fail", "error")]
+    by_path = path_counts(records)
+    for matrix in type_matrices(records):
+        device = matrix.device
+        print(f"\n{device}: " + "; ".join(f"{path} {c['pass']} pass, {c['fail']} fail, {c['n/a']} n/a, {c['error']} error"
+                                        for path, c in by_path[device].items()))
+        width = min(max([len(op) for op, _ in matrix.rows] + [9]), 40)  # long model names overflow
+        print(f"  {'operation':<{width}}  {'cases':>6} {'pass':>6} {'fail':>6} {'n/a':>6}   (case and variant; "
+              f"pass: on every path)")
+        for op, cells in matrix.rows:
+            c = [sum(getattr(cell, k) for cell in cells.values()) for k in ("cases", "passed", "failed", "na")]
+            print(f"  {op:<{width}}  {c[0]:>6} {c[1]:>6} {c[2]:>6} {c[3]:>6}")
+    bad = failing(records)
     if bad:
-        print(f"\nfailing cases ({len(bad)}; replay one with `mlts conformance --suite nnapi-cts --case NAME`):")
+        print(f"\nfailing cases ({len(bad)}):")
         for r in bad:
-            print(f"  {r.status:<5} {r.device} {spec_dirs_of.get(r.case, '')}/{r.case} [{r.variant}] {r.operation}: "
-                  f"{r.detail}")
+            print(f"  {r['status']:<5} {r['device']} {r['spec_dir']}/{r['case']} [{r['variant']}, {r['path']}] "
+                  f"{r['operation']}: {r['detail']}\n        replay: {replay_command(r)}")
 
 
 def run_nnapi_cts(args: argparse.Namespace) -> int:
-    """NNAPI's generated test vectors on the chosen drivers; 1 when a case failed or errored."""
+    """NNAPI's generated test vectors on the chosen drivers and paths; JUnit XML and the HTML report at the
+    end; 1 when a case failed or errored."""
     import sys
     import time
 
     from mlts.benchmark.records import new_run_dir
     from mlts.conformance.nnapi_cts import store, suite
+    from mlts.conformance.nnapi_cts.junit import write_junit
+    from mlts.conformance.nnapi_cts.paths import parse_paths
 
+    try:
+        paths = parse_paths(split_names(args.paths))
+    except ValueError as e:
+        raise MltsError(ResultCode.BAD_DATA, f"--paths: {e}") from None
     cases = suite.select_cases(store.load_cases(split_names(args.spec_dirs) or store.SPEC_DIRS),
                                ops=split_names(args.ops), names=split_names(args.case))
     if not cases:
@@ -126,22 +139,36 @@ def run_nnapi_cts(args: argparse.Namespace) -> int:
     os.makedirs(run_dir, exist_ok=True)
     results_path = os.path.join(run_dir, "results.jsonl")
     detailed = bool(args.case)
-    total = sum(len(suite.variants_of(c, not args.no_dynamic)) for c in cases) * len(devices)
-    print(f"mlts conformance: nnapi-cts: {len(cases)} cases, {total} runs on {', '.join(d.name for d in devices)}; "
-          f"results in {results_path}", file=sys.stderr, flush=True)
+    total = suite.count_runs(cases, not args.no_dynamic, paths) * len(devices)
+    print(f"mlts conformance: nnapi-cts: {len(cases)} cases, {total} runs ({', '.join(paths)}) on "
+          f"{', '.join(d.name for d in devices)}; results in {results_path}", file=sys.stderr, flush=True)
     done = [0]
+    records: list[dict] = []
 
     def progress(r) -> None:
         done[0] += 1
+        records.append(suite.record_of(r))
         if detailed:
-            print(f"{r.status:<5} {r.device} {r.case} [{r.variant}] {r.operation} {r.seconds:.3f}s"
+            print(f"{r.status:<5} {r.device} {r.case} [{r.variant}] {r.operation} on {r.path} {r.seconds:.3f}s"
                   + (f": {r.detail}" if r.detail else ""))
         elif done[0] % 1000 == 0:
             print(f"mlts conformance: nnapi-cts: {done[0]}/{total}", file=sys.stderr, flush=True)
 
     started = time.perf_counter()
-    results = suite.run_suite(cases, devices, dynamic=not args.no_dynamic, results_path=results_path,
+    results = suite.run_suite(cases, devices, dynamic=not args.no_dynamic, paths=paths, results_path=results_path,
                               on_result=progress)
-    _print_cts_summary(results, {c.name: c.spec_dir for c in cases})
-    print(f"\n{len(results)} runs in {time.perf_counter() - started:.1f} s; results: {results_path}")
+    elapsed = time.perf_counter() - started
+    _print_cts_summary(records)
+    junit = write_junit(records, args.junit or os.path.join(run_dir, "junit-nnapi-cts.xml"))
+    print(f"\n{len(results)} runs in {elapsed:.1f} s; results: {results_path}; JUnit XML: {junit}")
+    if not args.no_report:
+        from mlts.fileio import WriteError
+        from mlts.report import render_report
+
+        try:
+            print(f"report: {render_report(run_dir, os.path.join(run_dir, 'index.html'))}")
+        except WriteError:
+            raise
+        except MltsError as e:
+            print(f"the report could not be rendered: {e}", file=sys.stderr)
     return 1 if any(r.status in ("fail", "error") for r in results) else 0

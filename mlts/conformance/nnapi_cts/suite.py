@@ -1,15 +1,16 @@
 """Runs NNAPI's generated test cases on a device through mlts's public API, judged as NNAPI's CTS judges.
 
 Each case is built as CTS builds it (every operand, constants set, operations, inputs/outputs, relaxed
-flag; referenced models for IF/WHILE), compiled for one device only and executed synchronously. Outputs
-are compared with TestHarness's tolerances: float32 atol 1e-5 + rtol 5 ULP, float16 (and float32 in
-relaxed or float16 models) atol = rtol = 5 float16 ULP, int32 and quantized types within 1 (3 for
-mobilenet), bool exact; ignored outputs are skipped and output dimensions must match. A case expected to
-fail passes when building, compiling or executing fails. The dynamic-output-shape variant declares every
-main output's dimensions unknown (0), as CTS's DynamicOutputShapeTest does.
+flag; referenced models for IF/WHILE), compiled for one device only and executed on each execution path
+(paths.py: sync, async, burst, fenced, cached). Outputs are compared with TestHarness's tolerances:
+float32 atol 1e-5 + rtol 5 ULP, float16 (and float32 in relaxed or float16 models) atol = rtol = 5
+float16 ULP, int32 and quantized types within 1 (3 for mobilenet), bool exact; ignored outputs are
+skipped and output dimensions must match. A case expected to fail passes when building, compiling or
+executing fails. The dynamic-output-shape variant declares every main output's dimensions unknown (0), as
+CTS's DynamicOutputShapeTest does.
 
-Statuses: pass, fail (with the worst difference), n/a (the device declines an operation), error (an
-MltsError where success was expected)."""
+Statuses, per (case, variant, path): pass, fail (with the worst difference), n/a (the device declines an
+operation), error (an MltsError where success was expected)."""
 from __future__ import annotations
 
 import json
@@ -22,6 +23,8 @@ import numpy as np
 from mlts.runtime import (Compilation, Execution, MltsError, Model, OperandCode, OperandType, OperationCode,
                           SymmPerChannelQuantParams)
 
+from . import paths as execution_paths
+from .paths import CACHED, PATHS, SYNC
 from .store import Case, Subgraph
 
 FLOAT32_TOLERANCE = (1e-5, 5.0 * 1.1920928955078125e-7)  # (atol, rtol)
@@ -33,8 +36,17 @@ STATIC, DYNAMIC = "static", "dynamic_output_shape"
 WHILE_TIMEOUT_NS = 50_000_000  # expected-to-fail WHILE loops are infinite: stop them early
 
 
+RECORD_KIND = "nnapi-cts"  # the `kind` of its results.jsonl records (mlts.benchmark.records reads any kind)
+#: The input whose type names a case's operand type, where it is not input 0 (the values, not the lookups;
+#: the first data input of IF / WHILE, after the condition and the referenced models).
+PRIMARY_INPUT = {"EMBEDDING_LOOKUP": 1, "HASHTABLE_LOOKUP": 2, "IF": 3, "WHILE": 2}
+
+
 @dataclass
 class CaseResult:
+    """One case, variant and path on one device. `seconds`: that path's execution and comparison; the
+    model build and the compilation that sync, async, burst and fenced share count in the first of them."""
+
     case: str
     variant: str
     device: str
@@ -45,6 +57,10 @@ class CaseResult:
     detail: str = ""
     worst: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    path: str = SYNC
+    operand_type: str = ""  # primary_type(case)
+    cache: str = ""  # cached path: the second compilation's cache_status
+    spec_dir: str = ""
 
 
 class CaseFailure(Exception):
@@ -173,20 +189,38 @@ def _check_multinomial(case: Case, samples: np.ndarray) -> None:
 
 
 # -- running ----------------------------------------------------------------------------------------
+def primary_type(case: Case) -> str:
+    """What the case's operation computes in, for tables: the type of its primary input (input 0 but for
+    lookups and control flow), without the TENSOR_ prefix, "FLOAT32 relaxed" in relaxed models."""
+    main = case.main
+    tested = set(case.tested)
+    op = next((o for o in main.operations if o[0] in tested), main.operations[0] if main.operations else None)
+    if op is None:
+        return "?"
+    name, inputs, _ = op
+    k = PRIMARY_INPUT.get(name, 0)
+    type_name = main.operands[inputs[k if k < len(inputs) else 0]].type
+    type_name = type_name.removeprefix("TENSOR_")
+    return f"{type_name} relaxed" if case.relaxed and type_name == "FLOAT32" else type_name
+
+
 def _declined(model: Model, device) -> list[str]:
     supported = model.get_supported_operations_for_devices([device])
     return [code.name for (code, _, _), ok in zip(model.operations(), supported) if not ok]
 
 
-def execute(case: Case, device, dynamic_outputs: bool = False) -> tuple[list[np.ndarray] | None, list[str]]:
-    """Build, compile for `device` and run the case; (outputs, declined operations). Outputs are None when
-    the device declines an operation. MltsError propagates."""
-    model = build_model(case, dynamic_outputs)
-    declined = _declined(model, device)
-    if declined:
-        return None, declined
-    compilation = Compilation.for_devices(model, [device])
-    compilation.finish()
+def _empty_output(case: Case) -> bool:
+    return any(case.main.operands[i].data is None or case.main.operands[i].data.size == 0 for i in case.main.outputs)
+
+
+def path_applies(case: Case, variant: str, path: str) -> bool:
+    """Does `path` run this case and variant (paths.applies)?"""
+    return execution_paths.applies(path, expect_failure=case.expect_failure, dynamic_outputs=variant == DYNAMIC,
+                                   empty_output=_empty_output(case))
+
+
+def run_compilation(case: Case, model: Model, compilation: Compilation, path: str = SYNC) -> list[np.ndarray]:
+    """The case's inputs run on `compilation` through `path`; the outputs. MltsError propagates."""
     execution = Execution(compilation)
     if case.expect_failure and any(op == "WHILE" for sg in case.subgraphs for op, _, _ in sg.operations):
         execution.set_loop_timeout(WHILE_TIMEOUT_NS)
@@ -196,16 +230,51 @@ def execute(case: Case, device, dynamic_outputs: bool = False) -> tuple[list[np.
             execution.set_input(k, None)  # an omitted optional input (CTS: a null buffer)
         else:
             execution.set_input(k, _value(o, model.operand_type(index)))
-    execution.compute()
-    return [execution.get_output(k) for k in range(len(case.main.outputs))], []
+    execution_paths.compute(execution, compilation, path)
+    return [execution.get_output(k) for k in range(len(case.main.outputs))]
 
 
-def run_case(case: Case, device, variant: str = STATIC) -> CaseResult:
-    """One case on one device; never raises for a case's own failure."""
-    started = time.perf_counter()
-    result = CaseResult(case.name, variant, device.name, case.operation, case.spec, case.version, "pass")
+def execute(case: Case, device, dynamic_outputs: bool = False,
+            path: str = SYNC) -> tuple[list[np.ndarray] | None, list[str]]:
+    """Build, compile for `device` and run the case on `path`; (outputs, declined operations). Outputs are
+    None when the device declines an operation. MltsError propagates."""
+    model = build_model(case, dynamic_outputs)
+    declined = _declined(model, device)
+    if declined:
+        return None, declined
+    if path == CACHED:
+        compilation = execution_paths.compile_cached(model, device, _token(case, dynamic_outputs))
+    else:
+        compilation = execution_paths.compile_for(model, device)
+    return run_compilation(case, model, compilation, path), []
+
+
+def _token(case: Case, dynamic_outputs: bool) -> bytes:
+    return execution_paths.cache_token(case.spec_dir, case.name, DYNAMIC if dynamic_outputs else STATIC)
+
+
+class _Once:
+    """A computation made once and shared by the paths of one case: its value, or its exception again."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make, self._done, self._value, self._error = make, False, None, None
+
+    def __call__(self) -> Any:
+        if not self._done:
+            self._done = True
+            try:
+                self._value = self._make()
+            except Exception as e:  # noqa: BLE001 - replayed to every path that needs it
+                self._error = e
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _judge(result: CaseResult, case: Case, attempt: Callable[[], tuple[list[np.ndarray] | None, list[str]]]) -> None:
+    """Set the result's status from running `attempt` (outputs, declined): never raises for the case's failure."""
     try:
-        outputs, declined = execute(case, device, dynamic_outputs=variant == DYNAMIC)
+        outputs, declined = attempt()
         if declined:
             result.status, result.detail = "n/a", "declined: " + ", ".join(dict.fromkeys(declined))
         elif case.expect_failure:
@@ -221,6 +290,54 @@ def run_case(case: Case, device, variant: str = STATIC) -> CaseResult:
             result.status, result.detail = "error", str(e)
     except Exception as e:  # noqa: BLE001 - a runtime bug is reported as the case's error, not a crash
         result.status, result.detail = "error", f"{type(e).__name__}: {e}"
+
+
+def run_case_paths(case: Case, device, variant: str = STATIC, paths: Sequence[str] = PATHS) -> list[CaseResult]:
+    """The case on every path of `paths` that runs it (path_applies), one result each. The model is built
+    once; sync, async, burst and fenced share one compilation (NNAPI runs any number of executions of a
+    compilation); cached makes its own two."""
+    chosen = [p for p in paths if path_applies(case, variant, p)]
+    dynamic = variant == DYNAMIC
+
+    def build() -> tuple[Model, list[str]]:
+        model = build_model(case, dynamic)
+        return model, _declined(model, device)
+
+    built = _Once(build)
+    shared = _Once(lambda: execution_paths.compile_for(built()[0], device))
+    operand_type = primary_type(case)
+    results = []
+    for path in chosen:
+        started = time.perf_counter()
+        result = CaseResult(case.name, variant, device.name, case.operation, case.spec, case.version, "pass",
+                            path=path, operand_type=operand_type, spec_dir=case.spec_dir)
+
+        def attempt(path: str = path, result: CaseResult = result) -> tuple[list[np.ndarray] | None, list[str]]:
+            model, declined = built()
+            if declined:
+                return None, declined
+            if path == CACHED:
+                compilation = execution_paths.compile_cached(model, device, _token(case, dynamic))
+                result.cache = compilation.cache_status
+            else:
+                compilation = shared()
+            return run_compilation(case, model, compilation, path), []
+
+        _judge(result, case, attempt)
+        if result.cache and result.status == "pass" and result.cache not in ("prepared-from-cache", "unsupported"):
+            result.detail = f"the second compilation did not prepare from the cache ({result.cache})"
+        result.seconds = round(time.perf_counter() - started, 6)
+        results.append(result)
+    return results
+
+
+def run_case(case: Case, device, variant: str = STATIC, path: str = SYNC) -> CaseResult:
+    """One case on one device and path (whether or not CTS runs it there); never raises for the case's own
+    failure."""
+    started = time.perf_counter()
+    result = CaseResult(case.name, variant, device.name, case.operation, case.spec, case.version, "pass",
+                        path=path, operand_type=primary_type(case), spec_dir=case.spec_dir)
+    _judge(result, case, lambda: execute(case, device, dynamic_outputs=variant == DYNAMIC, path=path))
     result.seconds = round(time.perf_counter() - started, 6)
     return result
 
@@ -231,6 +348,11 @@ def variants_of(case: Case, dynamic: bool = True) -> list[str]:
     if dynamic and not case.expect_failure and not case.has_scalar_outputs():
         return [STATIC, DYNAMIC]
     return [STATIC]
+
+
+def count_runs(cases: Iterable[Case], dynamic: bool = True, paths: Sequence[str] = PATHS) -> int:
+    """How many results run_suite gives per device."""
+    return sum(path_applies(c, v, p) for c in cases for v in variants_of(c, dynamic) for p in paths)
 
 
 def select_cases(cases: Iterable[Case], ops: Sequence[str] | None = None, names: Sequence[str] | None = None,
@@ -250,23 +372,29 @@ def select_cases(cases: Iterable[Case], ops: Sequence[str] | None = None, names:
     return chosen
 
 
-def run_suite(cases: Sequence[Case], devices: Sequence[Any], *, dynamic: bool = True, results_path: str | None = None,
+def record_of(result: CaseResult) -> dict[str, Any]:
+    """The results.jsonl record of one result."""
+    return {"kind": RECORD_KIND, "suite": "nnapi-cts", **asdict(result)}
+
+
+def run_suite(cases: Sequence[Case], devices: Sequence[Any], *, dynamic: bool = True,
+              paths: Sequence[str] = (SYNC,), results_path: str | None = None,
               on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
-    """Every case (and its variants) on every device; each result appended to `results_path` (JSON
-    lines) as soon as it is known."""
+    """Every case (and its variants) on every device and path; each result appended to `results_path`
+    (JSON lines) as soon as it is known."""
     results = []
     sink = open(results_path, "a", encoding="utf-8") if results_path else None
     try:
         for device in devices:
             for case in cases:
                 for variant in variants_of(case, dynamic):
-                    r = run_case(case, device, variant)
-                    results.append(r)
-                    if sink:
-                        sink.write(json.dumps({"suite": "nnapi-cts", "spec_dir": case.spec_dir, **asdict(r)}) + "\n")
-                        sink.flush()
-                    if on_result:
-                        on_result(r)
+                    for r in run_case_paths(case, device, variant, paths):
+                        results.append(r)
+                        if sink:
+                            sink.write(json.dumps(record_of(r)) + "\n")
+                            sink.flush()
+                        if on_result:
+                            on_result(r)
     finally:
         if sink:
             sink.close()

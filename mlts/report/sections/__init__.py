@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..report_data import ReportData
-from . import (baseline, conditions, conformance, environment, errors, header, op_profile, partition, results, stress,
-               summary, timing)
+from . import (baseline, conditions, conformance, environment, errors, header, nnapi_cts, op_profile, partition,
+               results, stress, summary, timing)
 
 
 @dataclass(frozen=True)
@@ -39,5 +39,6 @@ SECTIONS: tuple[Section, ...] = (
     Section("errors", errors.variables),
     Section("stress", stress.variables),
     Section("conformance", conformance.variables),
+    Section("nnapi-cts", nnapi_cts.variables),
     Section("baseline", baseline.variables),
 )
