@@ -315,20 +315,13 @@ class RunTimeEstimate:
 
 
 class DriverLoad:
-    """The runs in flight on one driver, with their estimates: what makes a driver busy. Without a lock:
-    entering and leaving are one dict store and one pop each (atomic), and pending() sums a copy."""
+    """The runs in flight on one driver, with their estimates: what makes a driver busy. predicted_run, the
+    one place runs enter and leave, does so without a lock (one dict store and one pop, each atomic);
+    pending() sums a copy."""
 
     def __init__(self) -> None:
         self._runs: dict[int, float] = {}
         self._ids = itertools.count()
-
-    def enter(self, estimate: float | None) -> int:
-        key = next(self._ids)
-        self._runs[key] = estimate or 0.0
-        return key
-
-    def leave(self, key: int) -> None:
-        self._runs.pop(key, None)
 
     def pending(self) -> float:
         return sum(self._runs.copy().values())
@@ -449,8 +442,7 @@ def predicted_run(estimate: RunTimeEstimate, load: DriverLoad, operations: int, 
     """`run(*args, checkpoint)`, one execution under the driver's predictor (`load`: the driver's,
     load_of(driver)): refused before starting when it will miss its deadline, run with a ProgressCheckpoint
     otherwise (without a deadline, with the queue's checkpoint, if any); a successful run's own time
-    (without time yielded to other work) goes into the estimate. On every execution's path: the load's
-    bookkeeping is inline."""
+    (without time yielded to other work) goes into the estimate."""
     expected = estimate._value
     if deadline is not None:
         why = refusal(expected, load.pending(), deadline, what)
