@@ -8,7 +8,7 @@ from typing import Any
 
 from mlts.runtime import MltsError
 
-from . import folding, passes, quantization
+from . import folding, passes, patterns, quantization
 from .converters import get_converter, registered_op_types
 from .emitter import Emitter
 from .errors import import_error
@@ -37,6 +37,7 @@ def prepare_graph(graph: Graph) -> None:
     quantization.normalize_qoperators(graph)
     folding.simplify(graph)
     passes.remove_identities(graph)
+    patterns.rewrite_patterns(graph)
     passes.fold_batchnorm(graph)
     passes.fuse_matmul_bias(graph)
     passes.flatten_in_nhwc_order(graph)

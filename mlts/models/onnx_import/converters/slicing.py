@@ -1,0 +1,1 @@
+"""Placeholder: filled in by the issue-17 work on this converter family."""
