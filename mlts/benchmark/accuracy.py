@@ -227,3 +227,34 @@ class AccuracyAccumulator:
             "top1_accuracy": self.top1_hits / self.label_samples if self.label_samples else None,
             "top5_accuracy": self.top5_hits / self.label_samples if self.label_samples else None,
         }
+
+
+#: A quantized model's top-1 agreement with the reference must be at least this (with every operation
+#: within QUANT_TOLERANCE_PER_OP given the reference's inputs).
+QUANTIZED_TOP1_AGREEMENT = 0.99
+QUANTIZED_VERDICT_RULE = ("every operation within one quantization step given nnapi-reference's inputs, and top-1 "
+                          f"agreement with nnapi-reference >= {QUANTIZED_TOP1_AGREEMENT:.0%}; the whole-model "
+                          "difference is a figure, not judged")
+
+
+def apply_quantized_verdict(result: dict, per_operation: dict) -> None:
+    """Judge a quantized model's `result` (AccuracyAccumulator.result()) by NNAPI's per-operation rule: a driver
+    that rounds differently once per operation drifts by several steps over a whole network and still
+    passes; one that gets an operation wrong fails, naming it (op_diff.per_operation_verdict)."""
+    agreement = result.get("top1_agreement")
+    agrees = agreement is None or agreement >= QUANTIZED_TOP1_AGREEMENT
+    result["whole_model"] = {"max_steps": result.get("max_abs_error"),
+                             "elements_over_3_steps": result.get("cts_violations")}
+    result["per_operation"] = per_operation
+    result["verdict_rule"] = QUANTIZED_VERDICT_RULE
+    result["cts_tolerance"] = {**Tolerance("quantized", max_diff=QUANT_TOLERANCE_PER_OP).to_dict(),
+                               "scope": "per operation"}
+    result["cts_violations"] = per_operation["operations_out_of_tolerance"] + len(per_operation["operations_failed"])
+    result["cts_pass"] = bool(per_operation["pass"] and agrees)
+    if not agrees:
+        result["verdict_reason"] = f"top-1 agreement {agreement:.1%} < {QUANTIZED_TOP1_AGREEMENT:.0%}"
+    elif not per_operation["pass"]:
+        bad = per_operation["first_out_of_tolerance"]
+        result["verdict_reason"] = (f"operation {bad['index']} {bad['operation']} ({bad['origin']}) is off by "
+                                    f"{bad['difference']}" if bad else
+                                    f"operations failed: {'; '.join(per_operation['operations_failed'])}")

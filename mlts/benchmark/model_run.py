@@ -19,12 +19,13 @@ from mlts.runtime import Compilation, Execution, Preference
 from mlts.runtime.app.compilation_cache import cache_files_needed, cache_size_bytes
 from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
 
-from .accuracy import AccuracyAccumulator
+from .accuracy import AccuracyAccumulator, apply_quantized_verdict
 from .case_info import driver_times, partition_info
 from .compile_timing import FirstCompilations, compile_steady
 from .conditions import CaseWindow, busy_note
 from .inference import (HELDOUT_SPLIT, TIMING_IMAGE_INDEX, HeldOutImages, Inference, digest, file_digest, model_inputs,
                         stage)
+from .op_diff import per_operation_verdict
 from .op_profile import PROFILE_RUNS, profile_case
 from .progress import Progress, RssSampler, RunSummary
 from .record_schema import BenchmarkRecord
@@ -89,6 +90,7 @@ class ModelRun:
         self.labels: np.ndarray | None = None
         self._reference: np.ndarray | None = None
         self._reference_error: str | None = None
+        self._op_verdicts: dict[tuple, dict] = {}  # device names -> op_diff.per_operation_verdict (mode-free)
 
     # -- keys and records --
     def _key(self, driver: str, mode: str) -> tuple:
@@ -119,6 +121,8 @@ class ModelRun:
             if acc.get("top1_agreement") is not None:
                 outcome += f", agrees with reference {acc['top1_agreement']:.0%}"
                 outcome += ", CTS pass" if acc.get("cts_pass") else ", CTS FAIL"
+                if acc.get("verdict_reason") and not acc.get("cts_pass"):
+                    outcome += f" ({acc['verdict_reason']})"
         elif rec.status == "unsupported":
             outcome = f"unsupported ({len(rec.unsupported_ops)} operation type(s) missing)"
         else:
@@ -448,6 +452,12 @@ class ModelRun:
             acc.add(out, None if reference is None else reference[i], self.labels[i:i + 1])
         result = acc.result()
         result["images"] = len(self.inputs)
+        if reference is not None and not shared and acc.tolerance is not None and acc.tolerance.kind == "quantized":
+            key = tuple(d.name for d in devices)
+            if key not in self._op_verdicts:
+                self._op_verdicts[key] = per_operation_verdict(self.imported.model, devices, self.inputs[:1],
+                                                               self.imported.origin, tick)
+            apply_quantized_verdict(result, self._op_verdicts[key])
         if shared:
             result["outputs"] = "the reference outputs themselves (nnapi-reference, sync, same compilation options)"
         if self._reference_error:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, Protocol
 
-from . import benchmark, compare, conformance, devices, fuzz, graphdump, import_model, models, profile, report, stress
+from . import (benchmark, compare, conformance, devices, diff, fuzz, graphdump, import_model, models, profile, report,
+               stress)
 
 
 class Subcommand(Protocol):
@@ -22,5 +23,5 @@ class Subcommand(Protocol):
         """Run the command; the exit status."""
 
 
-COMMANDS: tuple[Subcommand, ...] = (devices, models, import_model, graphdump, compare, report, benchmark, profile,
-                                    stress, conformance, fuzz)
+COMMANDS: tuple[Subcommand, ...] = (devices, models, import_model, graphdump, diff, compare, report, benchmark,
+                                    profile, stress, conformance, fuzz)

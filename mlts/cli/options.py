@@ -28,6 +28,50 @@ def register_cli_drivers(args: argparse.Namespace) -> list:
     return register_drivers(specs, hosting="in-process" if getattr(args, "in_process", False) else None)
 
 
+def add_single_driver_options(parser: argparse.ArgumentParser, what: str, *, required: bool) -> None:
+    """`--driver D` naming one device (or a spec adding exactly one), `--load SPEC`, `--in-process`."""
+    parser.add_argument("--driver", required=required, metavar="D",
+                        help=f"{what} (see `mlts devices`), or a driver spec that adds exactly one "
+                             "(as `mlts benchmark --driver`)")
+    parser.add_argument("--load", action="append", default=[], metavar="SPEC",
+                        help="add the drivers of a spec first (repeatable), e.g. --load sample --driver sample-quant")
+    parser.add_argument("--in-process", action="store_true",
+                        help="host the drivers of specs in this process instead of driver services")
+
+
+def single_device(args: argparse.Namespace) -> Any:
+    """--driver's device: a known device's name, else the one device its spec adds (after --load's)."""
+    from mlts.runtime import MltsError, ResultCode, devices
+    from mlts.runtime.app.manager import register_drivers
+
+    hosting = "in-process" if args.in_process else None
+    if args.load:
+        register_drivers(args.load, hosting=hosting)
+    by_name = {d.name: d for d in devices()}
+    if args.driver in by_name:
+        return by_name[args.driver]
+    try:
+        added = register_drivers([args.driver], hosting=hosting)
+    except MltsError as e:
+        raise MltsError(ResultCode.BAD_DATA, f"--driver {args.driver}: no device has that name (see `mlts devices`), "
+                                             f"and as a driver spec: {e.message}") from None
+    if len(added) != 1:
+        names = ", ".join(d.name for d in added) or "none"
+        raise MltsError(ResultCode.BAD_DATA, f"--driver {args.driver} adds {len(added)} devices ({names}): "
+                                             f"name one of them with --driver NAME --load {args.driver}")
+    return added[0]
+
+
+def load_model_arg(name: str) -> Any:
+    """The ImportedModel of a zoo model's name or an .onnx path."""
+    from mlts.models import import_onnx
+    from mlts.models.zoo_registry import load, zoo
+
+    if name in {e.name for e in zoo()} and not os.path.exists(name):
+        return load(name)
+    return import_onnx(name)
+
+
 def split_paths(arg: str) -> list[str]:
     """The run directories / results files one argument names: itself when it exists (a directory
     name may hold commas), else its comma-separated pieces, each the longest run of pieces that

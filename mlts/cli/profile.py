@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
+
+from .options import add_single_driver_options, load_model_arg, single_device
 
 NAME = "profile"
 HELP = "time each operation of a model on one driver (per-operation profile)"
@@ -17,13 +18,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the `profile` subcommand (sets func=run)."""
     p = subparsers.add_parser(NAME, help=HELP, description=__doc__)
     p.add_argument("model", help="a zoo model's name (see `mlts models`) or the path of an .onnx file")
-    p.add_argument("--driver", required=True, metavar="D",
-                   help="the device to profile (see `mlts devices`), or a driver spec that adds exactly one "
-                        "(as `mlts benchmark --driver`)")
-    p.add_argument("--load", action="append", default=[], metavar="SPEC",
-                   help="add the drivers of a spec first (repeatable), e.g. --load sample --driver sample-quant")
-    p.add_argument("--in-process", action="store_true",
-                   help="host the drivers of specs in this process instead of driver services")
+    add_single_driver_options(p, "the device to profile", required=True)
     p.add_argument("--single-op", action="store_true",
                    help="time each operation alone even when the driver reports per-operation times")
     p.add_argument("--runs", type=int, default=10, metavar="N", help="runs to average per operation (default 10)")
@@ -31,39 +26,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
     return p
-
-
-def _load_model(name: str):
-    """The imported model of a zoo name or an .onnx path."""
-    from mlts.models import import_onnx
-    from mlts.models.zoo_registry import load, zoo
-
-    if name in {e.name for e in zoo()} and not os.path.exists(name):
-        return load(name).model
-    return import_onnx(name).model
-
-
-def _device(args: argparse.Namespace):
-    """--driver's device: a known device's name, else the one device its spec adds."""
-    from mlts.runtime import MltsError, ResultCode, devices
-    from mlts.runtime.app.manager import register_drivers
-
-    hosting = "in-process" if args.in_process else None
-    if args.load:
-        register_drivers(args.load, hosting=hosting)
-    by_name = {d.name: d for d in devices()}
-    if args.driver in by_name:
-        return by_name[args.driver]
-    try:
-        added = register_drivers([args.driver], hosting=hosting)
-    except MltsError as e:
-        raise MltsError(ResultCode.BAD_DATA, f"--driver {args.driver}: no device has that name (see `mlts devices`), "
-                                             f"and as a driver spec: {e.message}") from None
-    if len(added) != 1:
-        names = ", ".join(d.name for d in added) or "none"
-        raise MltsError(ResultCode.BAD_DATA, f"--driver {args.driver} adds {len(added)} devices ({names}): "
-                                             f"name one of them with --driver NAME --load {args.driver}")
-    return added[0]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.runs < 1 or (args.top is not None and args.top < 1):
         raise MltsError(ResultCode.BAD_DATA, "--runs and --top must be at least 1")
-    device = _device(args)
-    model = _load_model(args.model)
+    device = single_device(args)
+    model = load_model_arg(args.model).model
     profile = profile_model(args.model, model, device, runs=args.runs, single_op=args.single_op,
                             reference=get_device(REFERENCE_DEVICE_NAME))
     if args.json:

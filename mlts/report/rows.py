@@ -57,6 +57,8 @@ class Row:
     max_abs_error: float | None
     cts_pass: bool | None
     cts_violations: int | None
+    cts_reason: str = ""  # why a quantized model failed: the first operation out of tolerance, or top-1
+    first_bad_operation: str = ""  # "op N TYPE" of that operation
     ref_note: str = ""
     has_reference: bool = False
     delta_ms: float | None = None
@@ -92,6 +94,8 @@ class Row:
             return "–"
         if self.cts_pass:
             return "pass"
+        if self.first_bad_operation:
+            return f"FAIL (op {self.first_bad_operation})"
         return f"FAIL ({self.cts_violations})" if self.cts_violations is not None else "FAIL"
 
     @property
@@ -132,6 +136,10 @@ def read_row(record: dict, machine: Machine, lane: str, reference: str) -> Row:
               top1=number(acc.get("top1_accuracy")), agreement=number(acc.get("top1_agreement")),
               max_abs_error=number(acc.get("max_abs_error")), cts_pass=cts if isinstance(cts, bool) else None,
               cts_violations=int(viol) if viol is not None and 0 <= viol < 1e15 else None)
+    bad = as_dict(as_dict(acc.get("per_operation")).get("first_out_of_tolerance"))
+    if bad.get("operation"):
+        row.first_bad_operation = f"{bad.get('index')} {bad.get('operation')}"
+    row.cts_reason = str(acc.get("verdict_reason") or "")
     cache = as_dict(record.get("compilation_cache"))
     # Written by BenchmarkRecord.to_dict at the top level; a record dict may also still nest it in "extra".
     row.fallbacks = fallbacks_of(record.get("fallbacks")) or fallbacks_of(as_dict(record.get("extra")).get("fallbacks"))

@@ -363,7 +363,7 @@ def exercise_onnx(raw: bytes) -> str:
         rng = np.random.default_rng(0)
         feeds = {}
         for name in imported.input_names:
-            dtype, shape = imported._input_types[name]
+            dtype, shape = imported.input_type(name)
             dims = [d if isinstance(d, int) and 0 < d < 64 else 2 for d in (shape or ())]
             dtype = np.dtype(dtype or np.float32)
             feeds[name] = (rng.uniform(-1, 1, dims).astype(dtype) if dtype.kind == "f"

@@ -159,6 +159,17 @@ class Emitter:
         self._native.setdefault(name, (operand, perm))
         self._bindings.setdefault(name, {})[perm] = operand
 
+    def operand_tensors(self) -> dict[int, tuple[str, tuple[int, ...]]]:
+        """Every computed operand that holds an ONNX tensor: operand -> (tensor name, layout permutation)
+        (the first binding wins when an operand holds several names, e.g. through an Identity)."""
+        held: dict[int, tuple[str, tuple[int, ...]]] = {}
+        for name, by_perm in self._bindings.items():
+            if self.graph.const(name) is not None:
+                continue
+            for perm, operand in by_perm.items():
+                held.setdefault(operand, (name, perm))
+        return held
+
     def is_bound(self, name: str) -> bool:
         return name in self._native
 

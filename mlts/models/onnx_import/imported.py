@@ -24,7 +24,8 @@ class ImportedModel:
 
     def __init__(self, model: Model, input_names: Sequence[str], output_names: Sequence[str], onnx_model: Any,
                  *, input_types: Mapping[str, tuple], output_types: Mapping[str, tuple],
-                 operation_origins: Sequence[str], name: str = "") -> None:
+                 operation_origins: Sequence[str], name: str = "",
+                 operand_tensors: Mapping[int, tuple[str, tuple[int, ...]]] | None = None) -> None:
         self.model = model
         self.input_names = list(input_names)
         self.output_names = list(output_names)
@@ -33,6 +34,8 @@ class ImportedModel:
         self._input_types = dict(input_types)
         self._output_types = dict(output_types)
         self._origins = list(operation_origins)
+        #: operand index -> (ONNX tensor name, permutation): the operand holds tensor.transpose(perm)
+        self.operand_tensors = dict(operand_tensors or {})
         self._compilations: dict[tuple, Compilation] = {}
         self._lock = threading.Lock()
 
@@ -68,7 +71,12 @@ class ImportedModel:
             return c
 
     # -- execution ------------------------------------------------------------------------------
-    def _check_inputs(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+    def input_type(self, name: str) -> tuple:
+        """(numpy dtype, ONNX shape with None for unknown dimensions) of input `name`."""
+        return self._input_types[name]
+
+    def input_arrays(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+        """The model's input arrays (NNAPI order and types) of {ONNX name: array}, checked."""
         if not isinstance(inputs, Mapping):
             raise _bad(f"run: inputs must be a dict of name -> numpy array, got {type(inputs).__name__}")
         missing = [n for n in self.input_names if n not in inputs]
@@ -105,7 +113,7 @@ class ImportedModel:
 
     def run(self, inputs: Mapping[str, np.ndarray], devices=None) -> dict[str, np.ndarray]:
         """Execute once; inputs and outputs are keyed by ONNX names, in ONNX layout and dtypes."""
-        arrays = self._check_inputs(inputs)
+        arrays = self.input_arrays(inputs)
         compilation = self.compilation(devices)
         execution = Execution(compilation)
         for i, arr in enumerate(arrays):
@@ -121,6 +129,10 @@ class ImportedModel:
                 out = out.reshape(())
             results[name] = out
         return results
+
+    def origin(self, operation: int) -> str:
+        """The ONNX node an NNAPI operation (add order) was converted from."""
+        return self._origins[operation] if 0 <= operation < len(self._origins) else ""
 
     # -- inspection -----------------------------------------------------------------------------
     def _operand_text(self, index: int) -> str:
@@ -155,7 +167,7 @@ class ImportedModel:
                 "index": j, "type": code.name,
                 "inputs": [self._operand_text(i) for i in ins],
                 "outputs": [self._operand_text(o) for o in outs],
-                "onnx_node": self._origins[j] if j < len(self._origins) else "",
+                "onnx_node": self.origin(j),
                 "devices": [name for name, flags in support.items() if flags[j]],
             })
         return rows

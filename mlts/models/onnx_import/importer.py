@@ -107,7 +107,8 @@ def import_onnx(source: Any) -> ImportedModel:
     output_types = {n: (graph.value(n).dtype, graph.value(n).shape) for n in graph.outputs}
     return ImportedModel(em.model, list(graph.inputs), list(graph.outputs), model_proto,
                          input_types=input_types, output_types=output_types,
-                         operation_origins=list(em.operation_origins), name=graph.name)
+                         operation_origins=list(em.operation_origins), name=graph.name,
+                         operand_tensors=em.operand_tensors())
 
 
 __all__ = ["MAX_OPSET", "MIN_OPSET", "import_onnx", "supported_op_types"]

@@ -1,0 +1,86 @@
+"""onnxruntime's value of every ONNX tensor an imported model holds, as the NNAPI operand holds it.
+
+`mlts diff --against onnxruntime` compares each NNAPI operation with the ONNX graph it came from: the
+importer records which ONNX tensor (and under which layout permutation) each computed operand holds
+(ImportedModel.operand_tensors); onnxruntime runs the original ONNX model with those tensors added as
+graph outputs, optimizations off so that every tensor is computed as the ONNX graph writes it (a QDQ
+graph in float between its QuantizeLinear/DequantizeLinear pairs). onnxruntime is an optional tool
+here, never part of the runtime: it is imported only when asked for.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Mapping
+
+import numpy as np
+import onnx
+
+from mlts.runtime import MltsError, ResultCode
+
+from .imported import ImportedModel
+
+
+def _onnxruntime():
+    try:
+        import onnxruntime
+    except ImportError:
+        raise MltsError(ResultCode.BAD_DATA, "comparing against onnxruntime needs the onnxruntime package "
+                                             "(pip install onnxruntime)") from None
+    return onnxruntime
+
+
+def _typed_outputs(model: onnx.ModelProto, names: list[str]) -> list[onnx.ValueInfoProto]:
+    """Value infos with element types for `names` (shape inference gives them), skipping unknown ones."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        except Exception:  # an uninferable model: only the declared value infos are known
+            inferred = model
+    g = inferred.graph
+    known = {vi.name: vi for vi in list(g.value_info) + list(g.output) + list(g.input)}
+    out = []
+    for name in names:
+        vi = known.get(name)
+        if vi is not None and vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            typed = onnx.ValueInfoProto()
+            typed.name = name
+            typed.type.tensor_type.elem_type = vi.type.tensor_type.elem_type
+            out.append(typed)
+    return out
+
+
+def onnxruntime_values(imported: ImportedModel, feeds: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
+    """{operand index: onnxruntime's value of the ONNX tensor it holds, in the operand's layout}."""
+    ort = _onnxruntime()
+    model = onnx.ModelProto()
+    model.CopyFrom(imported.onnx_model)
+    wanted = sorted({name for name, _ in imported.operand_tensors.values()}
+                    - set(imported.output_names) - set(imported.input_names))
+    present = {o.name for o in model.graph.output}
+    for vi in _typed_outputs(model, [n for n in wanted if n not in present]):
+        model.graph.output.append(vi)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        results = dict(zip(names, session.run(None, dict(feeds))))
+    except Exception as e:  # onnxruntime's own errors: surfaced as one clean error
+        raise MltsError(ResultCode.OP_FAILED, f"onnxruntime cannot run {imported.name!r}: "
+                                              f"{' '.join(str(e).split())[:300]}") from None
+    results.update({name: np.asarray(feeds[name]) for name in imported.input_names if name in feeds})
+    values: dict[int, np.ndarray] = {}
+    for operand, (name, perm) in imported.operand_tensors.items():
+        value = results.get(name)
+        if value is None:
+            continue
+        value = np.asarray(value)
+        if value.ndim and len(perm) == value.ndim:
+            value = np.transpose(value, perm)
+        if value.dtype == np.int64:
+            value = value.astype(np.int32)
+        values[operand] = np.ascontiguousarray(value.reshape(value.shape or (1,)))
+    return values
