@@ -31,6 +31,8 @@ class OpConverter:
     bias_input: int | None = None
     #: Accepts a fused RELU/RELU1/RELU6 (node.attrs["_fuse"]).
     fusable: bool = False
+    #: Converts an importer-internal node (made by a pattern rewrite), not an ONNX operator.
+    internal: bool = False
 
     def weight_channel_axis(self, node: Node, graph: Graph) -> int | None:
         return None
@@ -64,7 +66,8 @@ def get_converter(node: Node) -> OpConverter | None:
 
 
 def registered_op_types() -> list[str]:
-    return sorted(_REGISTRY)
+    """The ONNX operator types converted (importer-internal node types left out)."""
+    return sorted(op for op, conv in _REGISTRY.items() if not conv.internal)
 
 
 # -- shared attribute helpers ----------------------------------------------------------------------
