@@ -122,7 +122,9 @@ def fuse_matmul_bias(graph: Graph) -> None:
 
 _NHWC_PRODUCERS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization"}
 _LAYOUT_FOLLOWERS = {"Relu", "Clip", "Sigmoid", "Tanh", "Add", "Sub", "Mul", "Div", "Identity", "Dropout",
-                     "QuantizeLinear", "DequantizeLinear", "Pad"}
+                     "QuantizeLinear", "DequantizeLinear", "Pad", "HardSwish", "HardSigmoid", "LeakyRelu", "PRelu",
+                     "Elu", "Selu", "Erf", "Gelu", "Softplus", "Sqrt", "Exp", "Log", "Abs", "Neg", "Floor", "Sin",
+                     "Reciprocal", "Pow", "Sum", "Mean", "Max", "Min", "LRN", "InstanceNormalization"}
 
 
 def _held_in_nhwc(graph: Graph, name: str, producers: dict, depth: int = 0) -> bool:

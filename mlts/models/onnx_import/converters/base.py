@@ -27,7 +27,8 @@ class OpConverter:
     #: Input that may be a per-channel quantized constant (weights), and the ONNX axis of its output
     #: channels is given by `weight_channel_axis`.
     weight_input: int | None = None
-    #: Input that may stay a float (or int32) constant inside a quantized operation (bias).
+    #: Input that may stay a float (or int32) constant inside a quantized operation: a bias, or a parameter
+    #: constant the converter re-quantizes itself (PRelu's slope).
     bias_input: int | None = None
     #: Accepts a fused RELU/RELU1/RELU6 (node.attrs["_fuse"]).
     fusable: bool = False
