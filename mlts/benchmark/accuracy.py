@@ -251,10 +251,12 @@ def apply_quantized_verdict(result: dict, per_operation: dict) -> None:
                                "scope": "per operation"}
     result["cts_violations"] = per_operation["operations_out_of_tolerance"] + len(per_operation["operations_failed"])
     result["cts_pass"] = bool(per_operation["pass"] and agrees)
-    if not agrees:
-        result["verdict_reason"] = f"top-1 agreement {agreement:.1%} < {QUANTIZED_TOP1_AGREEMENT:.0%}"
-    elif not per_operation["pass"]:
+    reasons = []
+    if not per_operation["pass"]:
         bad = per_operation["first_out_of_tolerance"]
-        result["verdict_reason"] = (f"operation {bad['index']} {bad['operation']} ({bad['origin']}) is off by "
-                                    f"{bad['difference']}" if bad else
-                                    f"operations failed: {'; '.join(per_operation['operations_failed'])}")
+        reasons.append(f"operation {bad['index']} {bad['operation']} ({bad['origin']}) is off by {bad['difference']}"
+                       if bad else f"operations failed: {'; '.join(per_operation['operations_failed'])}")
+    if not agrees:
+        reasons.append(f"top-1 agreement {agreement:.1%} < {QUANTIZED_TOP1_AGREEMENT:.0%}")
+    if reasons:
+        result["verdict_reason"] = "; ".join(reasons)

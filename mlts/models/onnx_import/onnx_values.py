@@ -15,7 +15,7 @@ from typing import Mapping
 import numpy as np
 import onnx
 
-from mlts.runtime import MltsError, ResultCode
+from mlts.runtime import MltsError, OperandCode, ResultCode
 
 from .imported import ImportedModel
 
@@ -29,8 +29,16 @@ def _onnxruntime():
     return onnxruntime
 
 
-def _typed_outputs(model: onnx.ModelProto, names: list[str]) -> list[onnx.ValueInfoProto]:
-    """Value infos with element types for `names` (shape inference gives them), skipping unknown ones."""
+#: The ONNX element type of a tensor an operand of this type holds, where that is unambiguous (an INT32 operand
+#: may hold an int64 tensor): for tensors shape inference cannot type (com.microsoft operators' outputs).
+_ELEM_TYPE_OF = {OperandCode.TENSOR_FLOAT32: onnx.TensorProto.FLOAT, OperandCode.TENSOR_FLOAT16: onnx.TensorProto.FLOAT16,
+                 OperandCode.TENSOR_QUANT8_ASYMM: onnx.TensorProto.UINT8,
+                 OperandCode.TENSOR_QUANT8_ASYMM_SIGNED: onnx.TensorProto.INT8,
+                 OperandCode.TENSOR_BOOL8: onnx.TensorProto.BOOL}
+
+
+def _typed_outputs(model: onnx.ModelProto, names: list[str], fallback: Mapping[str, int]) -> list[onnx.ValueInfoProto]:
+    """Value infos with element types for `names`: shape inference's, else `fallback`'s; unknown ones skipped."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -42,10 +50,12 @@ def _typed_outputs(model: onnx.ModelProto, names: list[str]) -> list[onnx.ValueI
     out = []
     for name in names:
         vi = known.get(name)
-        if vi is not None and vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+        elem = vi.type.tensor_type.elem_type if vi is not None and vi.type.HasField("tensor_type") else 0
+        elem = elem or fallback.get(name, 0)
+        if elem:
             typed = onnx.ValueInfoProto()
             typed.name = name
-            typed.type.tensor_type.elem_type = vi.type.tensor_type.elem_type
+            typed.type.tensor_type.elem_type = elem
             out.append(typed)
     return out
 
@@ -58,7 +68,9 @@ def onnxruntime_values(imported: ImportedModel, feeds: Mapping[str, np.ndarray])
     wanted = sorted({name for name, _ in imported.operand_tensors.values()}
                     - set(imported.output_names) - set(imported.input_names))
     present = {o.name for o in model.graph.output}
-    for vi in _typed_outputs(model, [n for n in wanted if n not in present]):
+    fallback = {name: _ELEM_TYPE_OF[code] for operand, (name, _) in imported.operand_tensors.items()
+                if (code := imported.model.operand_type(operand).code) in _ELEM_TYPE_OF}
+    for vi in _typed_outputs(model, [n for n in wanted if n not in present], fallback):
         model.graph.output.append(vi)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
