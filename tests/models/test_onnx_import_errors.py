@@ -194,3 +194,21 @@ def test_cli_errors_are_one_line(tmp_path, capsys, command):
     assert err.count("\n") == 1 and err.startswith(f"mlts {command}: error: BAD_DATA")
     assert cli_main([command, str(tmp_path / "missing.onnx")]) == 1
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_constant_too_large_to_fold_says_so(monkeypatch):
+    """A ConstantOfShape whose result exceeds the folding limit is named with its size, not as 'unsupported'
+    (the limits are lowered here; the real ones are 2**26 elements, 2**28 for generated constants)."""
+    from mlts.models.onnx_import import folding
+
+    monkeypatch.setattr(folding, "MAX_GENERATED_ELEMENTS", 100)
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["w"], name="weights",
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.5])),
+             helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    model = make_model(nodes, [tensor("x", [1, 16])], [tensor("y", [1, 16])], [const("shape", np.array([16, 16]))])
+    err = import_error(model.SerializeToString())
+    assert "node 'weights' (ConstantOfShape" in str(err) and "256 elements" in str(err)
+    monkeypatch.setattr(folding, "MAX_GENERATED_ELEMENTS", 256)  # at the limit it folds and runs
+    x = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
+    np.testing.assert_allclose(import_onnx(model.SerializeToString()).run({"x": x})["y"],
+                               x @ np.full((16, 16), 0.5, np.float32), rtol=1e-6)

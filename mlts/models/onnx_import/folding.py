@@ -25,6 +25,10 @@ NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "Random
                     "Bernoulli"}
 # Folding these would only duplicate a large constant under a new layout: they stay nodes.
 MAX_FOLDED_ELEMENTS = 1 << 26
+# Operators that generate a constant from nothing larger (the classic ONNX zoo models store their weights as
+# ConstantOfShape): folding is the only way to have the values, so they may be larger (VGG-19's fc6 is 103M).
+GENERATORS = {"ConstantOfShape", "Constant"}
+MAX_GENERATED_ELEMENTS = 1 << 28
 
 
 def infer_shapes(graph: Graph) -> None:
@@ -97,8 +101,11 @@ def fold_constants(graph: Graph, only: str | None = None) -> bool:
                 except Exception as e:
                     raise import_error(f"{node.describe()}: constant folding failed: "
                                        f"{' '.join(str(e).split())[:300]}") from None
-        if results is None or len(results) != len([o for o in node.outputs if o]) \
-                or any(r.size > MAX_FOLDED_ELEMENTS for r in results):
+        limit = MAX_GENERATED_ELEMENTS if node.op_type in GENERATORS else MAX_FOLDED_ELEMENTS
+        if results is not None and any(r.size > limit for r in results):
+            node.attrs["_unfolded_elements"] = max(r.size for r in results)  # named by the unsupported error
+            results = None
+        if results is None or len(results) != len([o for o in node.outputs if o]):
             keep.append(node)
             continue
         for name, arr in zip([o for o in node.outputs if o], results):

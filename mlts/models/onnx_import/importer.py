@@ -25,6 +25,9 @@ def supported_op_types() -> list[str]:
 def _unsupported(node, graph: Graph) -> MltsError:
     pending = [i for i in node.inputs if i and graph.const(i) is None]
     why = f"inputs {pending} are computed at run time, so it cannot be folded at import; " if pending else ""
+    if node.attr("_unfolded_elements"):
+        why = (f"its constant result ({node.attr('_unfolded_elements')} elements) is larger than import-time folding "
+               "allows; ")
     return import_error(f"{node.describe()}: unsupported operation {node.domain + '.' if node.domain else ''}"
                         f"{node.op_type}; {why}supported: {', '.join(supported_op_types())} (any other standard "
                         "operator only when all its inputs are constants, folded at import)")
