@@ -59,7 +59,7 @@ class OperationDiff:
     index: int
     operation: str
     origin: str = ""
-    devices: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)  # where the isolated run ran (the partitioner's choice)
     isolated: list[OutputDiff] | None = None
     end_to_end: list[OutputDiff] | None = None
     status: str = "ok"  # "ok", "out of tolerance", "not judged", "unsupported", "error"
@@ -128,14 +128,16 @@ def with_every_output(model: Model) -> tuple[Model, list[int]]:
     return copy, outputs
 
 
-def _run(model: Model, devices: Sequence, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+def _run(model: Model, devices: Sequence, feeds: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[str]]:
+    """The outputs of one computation, and the devices the partitioner chose for it (plan order)."""
     compilation = Compilation.for_devices(model, list(devices))
     compilation.finish()
     execution = Execution(compilation)
     for k, x in enumerate(feeds):
         execution.set_input(k, x)
     execution.compute()
-    return [execution.get_output(k) for k in range(len(model.outputs))]
+    ran_on = list(dict.fromkeys(step.device.name for step in compilation.plan.steps))
+    return [execution.get_output(k) for k in range(len(model.outputs))], ran_on
 
 
 class OperationDiffer:
@@ -186,7 +188,7 @@ class OperationDiffer:
         supported = self.model.get_supported_operations_for_devices(self.devices)
         rows = []
         for j, (code, _, outs) in enumerate(self.model.operations()):
-            row = OperationDiff(j, code.name, self.origins(j), [d.name for d in self.devices])
+            row = OperationDiff(j, code.name, self.origins(j))
             rows.append(row)
             if supported[j]:
                 self._isolate(row, j, outs)
@@ -199,7 +201,8 @@ class OperationDiffer:
     def _isolate(self, row: OperationDiff, j: int, outs: Sequence[int]) -> None:
         try:
             sub, feeds = single_operation_model(self.model, j, self.feeds)
-            row.isolated = self._diffs(outs, _run(sub, self.devices, feeds))
+            values, row.devices = _run(sub, self.devices, feeds)
+            row.isolated = self._diffs(outs, values)
         except MltsError as e:
             row.status, row.message = "error", str(e)
             return
@@ -212,7 +215,7 @@ class OperationDiffer:
         """Fill each row's end-to-end differences from one run of the whole model; the error, if it failed."""
         try:
             every, outputs = with_every_output(self.model)
-            values = dict(zip(outputs, _run(every, self.devices, self.inputs)))
+            values = dict(zip(outputs, _run(every, self.devices, self.inputs)[0]))
         except MltsError as e:
             return str(e)
         for row, (_, _, outs) in zip(rows, self.model.operations()):

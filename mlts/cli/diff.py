@@ -86,12 +86,20 @@ def diff_model(imported, device, against: str, feeds: dict[str, np.ndarray]) -> 
         from mlts.models.onnx_import.onnx_values import onnxruntime_values
 
         expected = onnxruntime_values(imported, feeds)
-    differ = OperationDiffer(imported.model, [device], arrays, expected=expected, origins=imported.origin)
+    from mlts.runtime import get_device
+    from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
+
+    # A partial driver runs partitioned, as the benchmark runs it: nnapi-reference takes what it lacks.
+    devices = [device]
+    if device.name != REFERENCE_DEVICE_NAME and not all(imported.model.get_supported_operations_for_devices([device])):
+        devices.append(get_device(REFERENCE_DEVICE_NAME))
+    differ = OperationDiffer(imported.model, devices, arrays, expected=expected, origins=imported.origin)
     rows = differ.isolated()
     end_to_end_error = differ.end_to_end(rows)
     bad = first_out_of_tolerance(rows)
     return {
         "model": imported.name, "driver": device.name, "against": against,
+        "partitioned_with": devices[1].name if len(devices) > 1 else None,
         "operations": [r.to_dict() for r in rows],
         "end_to_end_error": end_to_end_error,
         "out_of_tolerance": sum(r.status == "out of tolerance" for r in rows),
@@ -131,15 +139,23 @@ def _print_table(summary: dict, rows) -> None:
     from mlts.benchmark.op_diff import OperationDiff
 
     print(f"{summary['model']}: {summary['driver']} against {summary['against']}, operation by operation")
+    partner = summary.get("partitioned_with")
+    if partner:
+        print(f"  {summary['driver']} lacks some operations: it runs partitioned with {partner}, which takes them "
+              "(the device column says where each ran)")
     print("  isolated: each operation alone, fed the reference's inputs, judged by NNAPI's per-operation tolerance")
     print("  end to end: one run of the whole model, each operation's result against the reference's")
     width = max([9] + [len(r.operation) for r in rows])
-    print(f"{'op':>4}  {'operation':<{width}}  {'isolated':>13}  {'end to end':>13}  {'verdict':<16}  ONNX node")
+    dev_width = max([6] + [len(", ".join(r.devices)) for r in rows]) if partner else 0
+    device_head = f"{'device':<{dev_width}}  " if partner else ""
+    print(f"{'op':>4}  {'operation':<{width}}  {device_head}{'isolated':>13}  {'end to end':>13}  {'verdict':<16}  "
+          "ONNX node")
     for r in rows:
         iso, e2e = OperationDiff.worst(r.isolated), OperationDiff.worst(r.end_to_end)
         verdict = r.status if r.status != "ok" else "ok"
         note = f"  ({r.message})" if r.message else ""
-        print(f"{r.index:>4}  {r.operation:<{width}}  {iso.text() if iso else '–':>13}  "
+        device = f"{', '.join(r.devices):<{dev_width}}  " if partner else ""
+        print(f"{r.index:>4}  {r.operation:<{width}}  {device}{iso.text() if iso else '–':>13}  "
               f"{e2e.text() if e2e else '–':>13}  {verdict:<16}  {r.origin}{note}")
     if summary["end_to_end_error"]:
         print(f"end to end: not run: {summary['end_to_end_error']}")

@@ -63,8 +63,9 @@ def test_json_against_nnapi_reference_for_another_driver(quant, capsys):
     imported, _ = quant
     assert main(["diff", QUANT, "--driver", "mlts-fast", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"model", "driver", "against", "operations", "end_to_end_error", "out_of_tolerance", "errors",
-                        "not_judged", "first_out_of_tolerance"}
+    assert set(out) == {"model", "driver", "against", "partitioned_with", "operations", "end_to_end_error",
+                        "out_of_tolerance", "errors", "not_judged", "first_out_of_tolerance"}
+    assert out["partitioned_with"] is None  # mlts-fast runs every operation of the model
     assert (out["model"], out["driver"], out["against"]) == (imported.name, "mlts-fast", REF)
     assert (out["out_of_tolerance"], out["errors"], out["not_judged"]) == (0, 0, 0)
     assert out["end_to_end_error"] is None and out["first_out_of_tolerance"] is None
@@ -169,7 +170,8 @@ def test_a_driver_that_ignores_the_input_zero_point_exits_1_naming_the_conv(quan
     assert out.splitlines()[0].startswith(f"{quant[0].name}: npu-ignores-zero-point against {REF}")
     _, rows = _table(out)
     stem = rows[1].split()
-    assert stem[:2] == ["1", "CONV_2D"] and int(stem[2]) > 1 and stem[3] == "steps"
+    assert stem[:3] == ["1", "CONV_2D", "npu-ignores-zero-point"] and int(stem[3]) > 1 and stem[4] == "steps"
+    assert rows[0].split()[:3] == ["0", "TRANSPOSE", REF]  # partitioned: nnapi-reference takes the rest
     assert "out of tolerance" in rows[1] and STEM in rows[1]
     assert out.rstrip().endswith(f"1 operation(s) out of tolerance; the first: 1 CONV_2D <- {STEM}")
 
@@ -185,6 +187,8 @@ def test_a_driver_that_only_rounds_differently_exits_0(quant, register, capsys):
     summary = json.loads(capsys.readouterr().out)
     convs = [r for r in summary["operations"] if r["operation"] == "CONV_2D"]
     assert convs and all(r["status"] == "ok" and r["isolated"][0]["max_diff"] <= 1 for r in convs)
-    # every other operation: the driver alone does not run it (nnapi-reference is no fallback here)
-    assert all(r["status"] == "unsupported" for r in summary["operations"] if r["operation"] != "CONV_2D")
+    # partitioned as the benchmark runs a partial driver: nnapi-reference takes every other operation
+    assert summary["partitioned_with"] == REF and summary["end_to_end_error"] is None
+    assert all(r["devices"] == (["npu-single-rounding"] if r["operation"] == "CONV_2D" else [REF])
+               for r in summary["operations"])
     assert (summary["out_of_tolerance"], summary["errors"]) == (0, 0)
