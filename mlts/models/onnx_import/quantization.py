@@ -2,10 +2,13 @@
 
 1. `normalize_qoperators`: every QLinear*/QGemm node (as `onnxruntime.quantization` writes them in
    QOperator format) is rewritten into its QDQ equivalent (DequantizeLinear -> float op ->
-   QuantizeLinear), so both formats go through one path.
-2. `assign_quant`: integer tensors get their quantization parameters from the QuantizeLinear that
-   produces them, the DequantizeLinear that reads them (graph inputs, weights), or, through
-   value-preserving operators (MaxPool, Reshape, Transpose...), from their input.
+   QuantizeLinear), so both formats go through one path; channels_last convolutions and pools get
+   their NHWC <-> NCHW Transposes on the 8-bit tensors, outside the unit; onnxruntime's contrib
+   QuantizeLinear/DequantizeLinear become the standard ones.
+2. `assign_quant` (in `quant_propagation`): integer tensors get their quantization parameters from
+   the QuantizeLinear that produces them, the DequantizeLinear that reads them (graph inputs,
+   weights), or, through operators that keep 8-bit values (Transpose, Reshape, Slice, Concat...),
+   from a tensor holding the same integers, in either direction.
 3. `fuse_qdq`: a float node whose data inputs all come from DequantizeLinear (bias may stay a float
    or int32 constant) and whose outputs all go to QuantizeLinear with one set of parameters is
    rewired to read and write the integer tensors: it becomes an NNAPI quantized operation. A node
@@ -21,13 +24,14 @@ import numpy as np
 from .converters import get_converter
 from .errors import NotQuantizable, import_error
 from .ir import Graph, Node, Quant, Value
+from .quant_propagation import ACTIVATION_DTYPES, assign_quant
 
-ACTIVATION_DTYPES = (np.dtype(np.uint8), np.dtype(np.int8))
-# Operators that move 8-bit values without changing them (QOperator graphs run them on uint8 data).
-DIRECT_8BIT = {"MaxPool", "GlobalMaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity",
-               "Dropout", "Pad"}
 QOPERATORS = {"QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool",
-              "QLinearAveragePool", "QLinearSigmoid", "QLinearSoftmax", "QLinearConcat", "QLinearReduceMean", "QGemm"}
+              "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearConcat",
+              "QLinearReduceMean", "QGemm"}
+# onnxruntime's contrib QuantizeLinear/DequantizeLinear (written by its quantizer for some options): the same
+# operators as the standard ones for 8-bit types.
+CONTRIB_QDQ = {"QuantizeLinear", "DequantizeLinear"}
 
 
 # -- 1. QOperator -> QDQ ---------------------------------------------------------------------------
@@ -82,18 +86,40 @@ def _plain_attrs(node: Node, drop: tuple[str, ...] = ()) -> dict:
     return {k: v for k, v in node.attrs.items() if k not in drop and not k.startswith("_")}
 
 
-def _channels_last_wrap(b: _Builder, x: str, inner) -> str:
-    """QLinear pools with channels_last=1 read NHWC: Transpose around the NCHW float operator."""
+def _channels_perms(b: _Builder, x: str) -> tuple[list[int], list[int]] | None:
+    """(to channels-first, back) permutations for operators with channels_last=1 (None without it)."""
     if not b.node.attr("channels_last", 0):
-        return inner(x)
-    t_in = b.graph.fresh_name(f"{x}_nchw")
-    b.graph.values[t_in] = Value(t_in, np.dtype(np.float32))
-    b.nodes.append(Node("Transpose", [x], [t_in], {"perm": [0, 3, 1, 2]}, f"{b.node.name}/to_nchw", "", b.opset))
-    y = inner(t_in)
-    t_out = b.graph.fresh_name(f"{y}_nhwc")
-    b.graph.values[t_out] = Value(t_out, np.dtype(np.float32))
-    b.nodes.append(Node("Transpose", [y], [t_out], {"perm": [0, 2, 3, 1]}, f"{b.node.name}/to_nhwc", "", b.opset))
-    return t_out
+        return None
+    kernel = b.node.attr("kernel_shape")
+    rank = b.graph.value(x).rank or (len(kernel) + 2 if kernel else 4)
+    return [0, rank - 1] + list(range(1, rank - 1)), [0] + list(range(2, rank)) + [1]
+
+
+def _int_transpose(b: _Builder, x: str, perm: list[int], out: str | None = None) -> str:
+    """Transpose of an 8-bit tensor: it keeps the integers, so the QDQ unit between stays intact and the
+    parameters travel through it (see quant_propagation)."""
+    if out is None:
+        out = b.graph.fresh_name(f"{x}_t")
+        b.graph.values[out] = Value(out, b.graph.value(x).dtype)
+    b.nodes.append(Node("Transpose", [x], [out], {"perm": perm}, f"{b.node.name}/{out}", "", b.opset))
+    return out
+
+
+def _nchw_unit(b: _Builder, x: str, x_scale: str | None, x_zp: str | None, y_scale: str | None,
+               y_zp: str | None, body) -> None:
+    """DQ -> body -> Q for QLinear convolutions and pools; with channels_last=1 (NHWC in and out) the
+    Transposes to and from NCHW go on the 8-bit tensors outside the unit."""
+    perms = _channels_perms(b, x)
+    xf = b.dq(_int_transpose(b, x, perms[0]) if perms else x, x_scale, x_zp)
+    y = body(xf)
+    out = b.node.outputs[0]
+    if perms is None:
+        b.q(y, y_scale, y_zp, out)
+        return
+    y_int = b.graph.fresh_name(f"{out}_nchw")
+    b.graph.values[y_int] = Value(y_int, b.graph.value(b.node.input(0)).dtype)
+    b.q(y, y_scale, y_zp, y_int)
+    _int_transpose(b, y_int, perms[1], out)
 
 
 def _expand_qoperator(node: Node, graph: Graph) -> list[Node]:
@@ -102,15 +128,14 @@ def _expand_qoperator(node: Node, graph: Graph) -> list[Node]:
     t = node.op_type
     if t == "QLinearConv":
         w_scale = b.const(4, "w_scale")
-        x = b.dq(i(0), i(1), i(2))
         per_channel = w_scale is not None and np.size(w_scale) > 1
         w = b.dq(i(3), i(4), i(5), 0 if per_channel else None)
-        inputs = [x, w]
+        inputs = [w]
         if i(8):
             bias_scale = b.scale_product(b.const(1, "x_scale"), w_scale)
             inputs.append(b.dq(i(8), bias_scale, None, 0 if per_channel else None))
-        y = _channels_last_wrap(b, x, lambda xx: b.op("Conv", [xx] + inputs[1:], _plain_attrs(node, ("channels_last",))))
-        b.q(y, i(6), i(7), node.outputs[0])
+        attrs = _plain_attrs(node, ("channels_last",))
+        _nchw_unit(b, i(0), i(1), i(2), i(6), i(7), lambda xf: b.op("Conv", [xf] + inputs, attrs))
     elif t == "QLinearMatMul":
         b_scale = b.const(4, "b_scale")
         a_scale = b.const(1, "a_scale")
@@ -125,20 +150,19 @@ def _expand_qoperator(node: Node, graph: Graph) -> list[Node]:
         bb = b.dq(i(3), i(4), i(5))
         y = b.op(t[len("QLinear"):], [a, bb], {})
         b.q(y, i(6), i(7), node.outputs[0])
-    elif t in ("QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSigmoid", "QLinearSoftmax",
-               "QLinearReduceMean"):
-        x = b.dq(i(0), i(1), i(2))
+    elif t in ("QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu",
+               "QLinearSoftmax", "QLinearReduceMean"):
         float_op = t[len("QLinear"):]
         attrs = _plain_attrs(node, ("channels_last", "opset"))
+        if t in ("QLinearGlobalAveragePool", "QLinearAveragePool"):
+            _nchw_unit(b, i(0), i(1), i(2), i(3), i(4), lambda xf: b.op(float_op, [xf], attrs))
+            return b.nodes
         opset = node.attr("opset") if t == "QLinearSoftmax" else None
-        inputs = [x]
+        inputs = [b.dq(i(0), i(1), i(2))]
         if t == "QLinearReduceMean" and b.opset >= 18 and "axes" in attrs:
             # The contrib operator has axes as an attribute; ReduceMean-18 takes them as an input.
             inputs.append(graph.add_const(f"{node.name}_axes", np.asarray(attrs.pop("axes"), np.int64)))
-        if t in ("QLinearGlobalAveragePool", "QLinearAveragePool"):
-            y = _channels_last_wrap(b, x, lambda xx: b.op(float_op, [xx], attrs))
-        else:
-            y = b.op(float_op, inputs, attrs, opset=opset)
+        y = b.op(float_op, inputs, attrs, opset=opset)
         b.q(y, i(3), i(4), node.outputs[0])
     elif t == "QLinearConcat":
         parts = []
@@ -172,82 +196,15 @@ def _expand_qoperator(node: Node, graph: Graph) -> list[Node]:
 
 
 def normalize_qoperators(graph: Graph) -> None:
-    if not any(n.op_type in QOPERATORS for n in graph.nodes):
-        return
     nodes: list[Node] = []
     for n in graph.nodes:
         if n.op_type in QOPERATORS and n.domain in ("", "com.microsoft"):
             nodes.extend(_expand_qoperator(n, graph))
-        else:
-            nodes.append(n)
+            continue
+        if n.op_type in CONTRIB_QDQ and n.domain == "com.microsoft":
+            n.domain, n.opset = "", graph.opsets[""]
+        nodes.append(n)
     graph.nodes = nodes
-
-
-# -- 2. quantization parameters of integer tensors ---------------------------------------------------
-def qdq_params(node: Node, graph: Graph) -> Quant:
-    """The quantization a QuantizeLinear writes / a DequantizeLinear reads."""
-    scale = graph.const(node.input(1))
-    if scale is None:
-        raise import_error(f"{node.describe()}: the scale must be a constant")
-    zp_name = node.input(2)
-    zp = graph.const(zp_name) if zp_name else None
-    if zp_name and zp is None:
-        raise import_error(f"{node.describe()}: the zero point must be a constant")
-    if node.attr("block_size", 0):
-        raise import_error(f"{node.describe()}: blocked quantization is not supported")
-    if node.op_type == "QuantizeLinear":
-        if zp is not None:
-            dtype = zp.dtype
-        elif node.attr("output_dtype", 0):
-            from onnx import helper
-            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(node.attr("output_dtype")))
-        else:
-            dtype = np.dtype(np.uint8)
-    else:
-        x = graph.value(node.inputs[0])
-        dtype = x.dtype if x.dtype is not None else (zp.dtype if zp is not None else np.dtype(np.uint8))
-    axis = None
-    if np.size(scale) > 1:
-        x = graph.value(node.inputs[0])
-        axis = int(node.attr("axis", 1))
-        if x.rank is not None and axis < 0:
-            axis += x.rank
-    return Quant.make(scale, zp, dtype, axis)
-
-
-def assign_quant(graph: Graph) -> None:
-    for _ in range(len(graph.nodes) + 1):
-        changed = False
-        for n in graph.nodes:
-            if n.op_type == "QuantizeLinear":
-                out = graph.value(n.outputs[0])
-                if out.quant is None:
-                    out.quant = qdq_params(n, graph)
-                    out.dtype = out.quant.dtype
-                    changed = True
-            elif n.op_type == "DequantizeLinear":
-                x = graph.value(n.inputs[0])
-                if x.quant is None:
-                    x.quant = qdq_params(n, graph)
-                    changed = True
-            elif n.op_type in DIRECT_8BIT and n.inputs and n.input(0):
-                x = graph.value(n.inputs[0])
-                out = graph.value(n.outputs[0])
-                if x.quant is not None and x.dtype in ACTIVATION_DTYPES and out.quant is None \
-                        and x.const is None and (out.dtype is None or out.dtype == x.dtype):
-                    out.quant, out.dtype = x.quant, x.dtype
-                    changed = True
-        if not changed:
-            break
-    for n in graph.nodes:  # a DequantizeLinear must read its input with the input's own parameters
-        if n.op_type == "DequantizeLinear":
-            x = graph.value(n.inputs[0])
-            q = qdq_params(n, graph)
-            if not q.same(x.quant) and not (q.per_tensor and x.quant.per_tensor and q.s == x.quant.s
-                                            and q.zp == x.quant.zp):
-                raise import_error(f"{n.describe()}: reads {n.inputs[0]!r} with scale/zero point "
-                                   f"({q.describe()}) other than the ones it was quantized with "
-                                   f"({x.quant.describe()})")
 
 
 # -- 3. QDQ fusion -----------------------------------------------------------------------------------
