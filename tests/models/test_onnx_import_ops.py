@@ -7,9 +7,13 @@ import sys
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 
 sys.path.insert(0, os.path.dirname(__file__))
-from onnx_import_helpers import check_against_ort, const, make_model, op_types, tensor  # noqa: E402
+from onnx_import_helpers import check_against_ort, const, make_model, op_types, ort_run, tensor  # noqa: E402
+
+from mlts.models import import_onnx  # noqa: E402
+from mlts.runtime import MltsError, ResultCode  # noqa: E402
 
 pytest.importorskip("onnxruntime")
 
@@ -248,6 +252,82 @@ def test_pad_constant(value, opset):
                        inits + [const("w", rnd(3, 3, 1, 1)), const("w2", rnd(2, 3, 1, 1))], opset=opset)
     imported, _, _ = check_against_ort(model, {"x0": rnd(1, 3, 4, 4)})
     assert ("PAD_V2" if value else "PAD") in op_types(imported)
+
+
+@pytest.mark.parametrize("fed", ["direct", "nhwc"])
+@pytest.mark.parametrize("mode,pads,expected", [
+    ("reflect", [0, 0, 1, 2, 0, 0, 2, 0], ["MIRROR_PAD"]),
+    ("edge", [0, 1, 1, 2, 0, 0, 2, 3], ["GATHER"] * 3),
+    ("wrap", [0, 0, 3, 0, 0, 0, 1, 4], ["GATHER"] * 2),
+])
+def test_pad_mirror_modes(mode, pads, expected, fed):
+    """reflect -> MIRROR_PAD REFLECT; edge and wrap (no NNAPI mode) -> one GATHER per padded axis, in the layout
+    the input is held in (a Conv's NHWC result, or the NCHW graph input as it is)."""
+    nodes = [helper.make_node("Pad", ["a", "pads"], ["y"], mode=mode)]
+    inits = [const("pads", np.array(pads, np.int64))]
+    if fed == "nhwc":
+        nodes.insert(0, helper.make_node("Conv", ["x", "w"], ["a"]))
+        inits.append(const("w", rnd(3, 3, 1, 1)))
+    else:
+        nodes[0].input[0] = "x"
+    model = make_model(nodes, [tensor("x", [1, 3, 4, 5])], [tensor("y", None)], inits, opset=19)
+    imported, _, _ = check_against_ort(model, {"x": rnd(1, 3, 4, 5)})
+    ops = op_types(imported)
+    assert ops == (["TRANSPOSE", "CONV_2D", *expected, "TRANSPOSE"] if fed == "nhwc" else expected)
+
+
+def test_pad_mirror_modes_variants():
+    """Opset 7 attributes; opset 18 axes (negative); int32 data; reflect wider than the tensor (numpy's repeated
+    reflection, as onnx.reference; onnxruntime refuses it) gathers; zero pads are the input itself."""
+    model = make_model([helper.make_node("Pad", ["x"], ["y"], mode="edge", pads=[0, 2, 0, 1])],
+                       [tensor("x", [2, 3])], [tensor("y", None)], opset=7)
+    check_against_ort(model, {"x": rnd(2, 3)})
+    model = make_model([helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"], mode="reflect")],
+                       [tensor("x", [2, 3, 4], TensorProto.INT32)], [tensor("y", None, TensorProto.INT32)],
+                       [const("pads", np.array([1, 2, 2, 0], np.int64)), const("axes", np.array([-1, 1], np.int64))],
+                       opset=18)
+    check_against_ort(model, {"x": RNG.integers(-9, 9, (2, 3, 4)).astype(np.int32)})
+    model = make_model([helper.make_node("Pad", ["x", "pads"], ["y"], mode="reflect")], [tensor("x", [2, 3])],
+                       [tensor("y", None)], [const("pads", np.array([0, 5, 0, 4], np.int64))])
+    x = rnd(2, 3)
+    imported = import_onnx(model.SerializeToString())
+    assert op_types(imported) == ["GATHER"]
+    np.testing.assert_array_equal(imported.run({"x": x})["y"], ReferenceEvaluator(model).run(None, {"x": x})[0])
+    model = make_model([helper.make_node("Pad", ["x", "pads"], ["y"], mode="wrap")], [tensor("x", [2, 3])],
+                       [tensor("y", None)], [const("pads", np.zeros(4, np.int64))], opset=19)
+    imported, _, _ = check_against_ort(model, {"x": rnd(2, 3)})
+    assert op_types(imported) == ["CAST"]  # the output copy of an input (NNAPI: outputs are never inputs)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_pad_mirror_modes_quantized(dtype):
+    """8-bit edge / reflect padding moves stored values; other output parameters are requantized after."""
+    zp = 128 if dtype == np.uint8 else 0
+    elem = TensorProto.UINT8 if dtype == np.uint8 else TensorProto.INT8
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xf"]),
+             helper.make_node("Pad", ["xf", "pads"], ["p1"], mode="edge"),
+             helper.make_node("QuantizeLinear", ["p1", "s", "z"], ["p1q"]),
+             helper.make_node("DequantizeLinear", ["p1q", "s", "z"], ["p1f"]),
+             helper.make_node("Pad", ["p1f", "pads"], ["p2"], mode="reflect"),
+             helper.make_node("QuantizeLinear", ["p2", "s2", "z"], ["y"])]
+    inits = [const("s", np.float32(0.03)), const("s2", np.float32(0.05)), const("z", np.asarray(zp, dtype)),
+             const("pads", np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64))]
+    model = make_model(nodes, [tensor("x", [1, 2, 4, 5])], [tensor("y", None, elem)], inits)
+    x = rnd(1, 2, 4, 5, scale=1.5)
+    imported = import_onnx(model.SerializeToString())
+    assert op_types(imported) == ["QUANTIZE", "GATHER", "GATHER", "MIRROR_PAD", "DEQUANTIZE", "QUANTIZE"]
+    got = imported.run({"x": x})["y"].astype(np.int32)
+    assert np.abs(got - ort_run(model, {"x": x})["y"].astype(np.int32)).max() <= 1
+
+
+def test_pad_mirror_mode_errors():
+    model = make_model([helper.make_node("Pad", ["x", "pads"], ["y"], name="bad_pad", mode="edge")],
+                       [tensor("x", [2, "n"])], [tensor("y", None)], [const("pads", np.array([0, 1, 0, 1], np.int64))])
+    with pytest.raises(MltsError) as info:
+        import_onnx(model.SerializeToString())
+    assert info.value.code == ResultCode.BAD_DATA
+    assert "bad_pad" in info.value.message and "static" in info.value.message
 
 
 @pytest.mark.parametrize("keepdims", [0, 1])

@@ -118,30 +118,89 @@ def test_resize_with_scales(mode, scales):
 
 def test_resize_non_integer_scale_uses_the_given_scale():
     """scale 1.7 on 5 rows: output floor(8.5) = 8, source rows i / 1.7 (not i x 5 / 8): nearest asymmetric
-    floor has no NNAPI equivalent there (row 5 reads 2, NNAPI's floor(5 x 5 / 8) = 3), and says so; linear
-    asymmetric neither."""
-    for mode in ("nearest", "linear"):
-        model = resize_model([1, 1, 5, 4], scales=[1, 1, 1.7, 1], mode=mode,
-                             coordinate_transformation_mode="asymmetric", nearest_mode="floor")
-        assert_import_error(model, f"mode '{mode}'", "'asymmetric'", "5 -> 8 (scale 1.7)", "no exact NNAPI")
+    floor has no RESIZE_NEAREST_NEIGHBOR equivalent there (row 5 reads 2, NNAPI's floor(5 x 5 / 8) = 3), so
+    it gathers those rows; linear asymmetric has no equivalent and says so."""
+    model = resize_model([1, 1, 5, 4], scales=[1, 1, 1.7, 1], mode="nearest",
+                         coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    x = rnd(1, 1, 5, 4)
+    imported, _, _ = check_against_ort(model, {"x": x})
+    assert op_types(imported) == ["GATHER"]
+    np.testing.assert_array_equal(imported.run({"x": x})["y"], x[:, :, [0, 0, 1, 1, 2, 2, 3, 4]])
+    model = resize_model([1, 1, 5, 4], scales=[1, 1, 1.7, 1], mode="linear",
+                         coordinate_transformation_mode="asymmetric")
+    assert_import_error(model, "mode 'linear'", "'asymmetric'", "5 -> 8 (scale 1.7)", "no exact NNAPI")
 
 
-@pytest.mark.parametrize("mode,coord,nearest,in_hw,out_hw", [
-    ("nearest", "asymmetric", "round_prefer_ceil", (4, 5), (8, 10)),
-    ("nearest", "half_pixel", "floor", (4, 5), (8, 10)),
-    ("nearest", "tf_half_pixel_for_nn", "round_prefer_ceil", (4, 4), (12, 12)),
-    ("nearest", "align_corners", "floor", (4, 5), (8, 10)),
-    ("linear", "tf_half_pixel_for_nn", None, (4, 5), (8, 10)),
-    ("linear", "pytorch_half_pixel", None, (4, 5), (1, 10)),  # one output row sits at 0, not at the centre
+@pytest.mark.parametrize("conv", [False, True], ids=["direct", "nhwc"])
+@pytest.mark.parametrize("coord,nearest,in_hw,out_hw", [
+    ("asymmetric", "round_prefer_ceil", (4, 5), (8, 10)),
+    ("half_pixel", "floor", (4, 5), (8, 10)),
+    ("half_pixel", "ceil", (4, 4), (8, 8)),
+    ("half_pixel", "round_prefer_floor", (2, 4), (1, 3)),
+    ("tf_half_pixel_for_nn", "round_prefer_ceil", (4, 4), (12, 12)),
+    ("align_corners", "floor", (4, 5), (8, 10)),
 ])
-def test_resize_combinations_without_nnapi_equivalent(mode, coord, nearest, in_hw, out_hw):
-    attrs = dict(mode=mode, coordinate_transformation_mode=coord)
-    if nearest:
-        attrs["nearest_mode"] = nearest
-    message = assert_import_error(resize_model([1, 2, *in_hw], out_hw, **attrs), f"mode '{mode}'", f"'{coord}'",
-                                  "no exact NNAPI equivalent")
-    if nearest:
-        assert f"nearest_mode '{nearest}'" in message
+def test_resize_nearest_without_nnapi_placement_gathers(coord, nearest, in_hw, out_hw, conv):
+    """Nearest placements RESIZE_NEAREST_NEIGHBOR cannot make copy the rows and columns ONNX picks: one GATHER
+    per resized axis, in the layout the input is held in."""
+    x_shape = [2, 3, *in_hw]
+    model = resize_model(x_shape, out_hw, conv=conv, mode="nearest", coordinate_transformation_mode=coord,
+                         nearest_mode=nearest)
+    imported, _, _ = check_against_ort(model, {"x": rnd(*x_shape)})
+    gathers = ["GATHER"] * sum(i != o for i, o in zip(in_hw, out_hw))
+    assert op_types(imported) == (["TRANSPOSE", "CONV_2D", *gathers, "TRANSPOSE"] if conv else gathers)
+
+
+def test_resize_nearest_other_ranks_gather():
+    """Nearest resizes of other ranks or of more than two axes: GATHERs too (NNAPI resizes 4-D tensors)."""
+    model = make_model([helper.make_node("Resize", ["x", "", "sc"], ["y"], name="n", mode="nearest")],
+                       [tensor("x", [1, 4, 5])], [tensor("y", None)], [const("sc", np.asarray([1, 1, 2], np.float32))])
+    check_against_ort(model, {"x": rnd(1, 4, 5)})
+    model = resize_model([1, 2, 4, 4], scales=[1, 2, 2, 2], mode="nearest", coordinate_transformation_mode="asymmetric",
+                         nearest_mode="floor")
+    imported, _, _ = check_against_ort(model, {"x": rnd(1, 2, 4, 4)})
+    assert op_types(imported) == ["GATHER"] * 3
+
+
+def test_resize_linear_one_resize_per_axis():
+    """pytorch_half_pixel 4 -> 1 rows (the row at 0) and 5 -> 10 columns (half-pixel): no single NNAPI placement,
+    one RESIZE_BILINEAR per axis (plain for the rows, half_pixel_centers for the columns)."""
+    model = resize_model([1, 2, 4, 5], (1, 10), mode="linear", coordinate_transformation_mode="pytorch_half_pixel")
+    imported, _, _ = check_against_ort(model, {"x": rnd(1, 2, 4, 5)})
+    ops = [op for op in imported.describe_dict()["operations"] if op["type"] == "RESIZE_BILINEAR"]
+    assert [tuple(s.endswith("=True") for s in op["inputs"][4:6]) for op in ops] == [(False, False), (False, True)]
+
+
+def test_resize_align_corners_fractional_scale_follows_onnxruntime():
+    """align_corners with scale 0.6 on 4 columns: 2 outputs at 0 and 3 (onnxruntime and torch divide by the
+    output size - 1; onnx.reference by 4 x 0.6 - 1 = 1.4)."""
+    model = resize_model([1, 1, 2, 4], scales=[1, 1, 0.6, 0.6], mode="linear",
+                         coordinate_transformation_mode="align_corners")
+    x = rnd(1, 1, 2, 4)
+    imported, _, _ = check_against_ort(model, {"x": x})
+    np.testing.assert_allclose(imported.run({"x": x})["y"], x[:, :, :1, [0, 3]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("policy,sizes", [("not_larger", (7, 8)), ("not_smaller", (7, 8)),
+                                          ("not_larger", (1, 3)), ("not_smaller", (3, 5))])
+def test_resize_keep_aspect_ratio_policy(policy, sizes):
+    """One scale for both axes (the smallest / largest sizes / in), output sizes rounded half up from it."""
+    model = make_model([helper.make_node("Resize", ["x", "", "", "sz"], ["y"], name="n", mode="nearest", axes=[2, 3],
+                                         keep_aspect_ratio_policy=policy, coordinate_transformation_mode="asymmetric",
+                                         nearest_mode="floor")],
+                       [tensor("x", [1, 2, 2, 4])], [tensor("y", None)], [const("sz", np.asarray(sizes, np.int64))],
+                       opset=18)
+    x = rnd(1, 2, 2, 4)
+    check_against_ort(model, {"x": x})
+    np.testing.assert_array_equal(import_onnx(model.SerializeToString()).run({"x": x})["y"],
+                                  ReferenceEvaluator(model).run(None, {"x": x})[0])
+
+
+@pytest.mark.parametrize("coord,scales", [("tf_half_pixel_for_nn", [1, 1, 2, 2]),
+                                          ("half_pixel_symmetric", [1, 1, 2.3, 2.94])])
+def test_resize_linear_without_nnapi_equivalent(coord, scales):
+    assert_import_error(resize_model([1, 2, 2, 2], scales=scales, mode="linear", coordinate_transformation_mode=coord),
+                        "mode 'linear'", f"'{coord}'", "no exact NNAPI equivalent")
 
 
 @pytest.mark.parametrize("attrs,inits_extra,fragment", [
@@ -149,7 +208,7 @@ def test_resize_combinations_without_nnapi_equivalent(mode, coord, nearest, in_h
     (dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize"), {}, "'tf_crop_and_resize'"),
     (dict(mode="nearest", exclude_outside=1), {}, "exclude_outside"),
     (dict(mode="linear", antialias=1), {"down": True}, "antialias"),
-    (dict(mode="nearest", keep_aspect_ratio_policy="not_larger"), {}, "keep_aspect_ratio_policy"),
+    (dict(mode="nearest", keep_aspect_ratio_policy="fit"), {}, "keep_aspect_ratio_policy 'fit'"),
 ])
 def test_resize_unsupported_attributes(attrs, inits_extra, fragment):
     out_hw = (2, 2) if inits_extra.get("down") else (8, 8)
@@ -157,12 +216,12 @@ def test_resize_unsupported_attributes(attrs, inits_extra, fragment):
 
 
 def test_resize_unsupported_shapes():
-    # a 3-D resize
-    model = make_model([helper.make_node("Resize", ["x", "", "sc"], ["y"], name="n", mode="nearest")],
+    # a 3-D linear resize
+    model = make_model([helper.make_node("Resize", ["x", "", "sc"], ["y"], name="n", mode="linear")],
                        [tensor("x", [1, 4, 5])], [tensor("y", None)], [const("sc", np.asarray([1, 1, 2], np.float32))])
     assert_import_error(model, "3-D tensor", "two dimensions of a 4-D tensor")
-    # three resized dimensions of a 4-D tensor
-    model = resize_model([1, 2, 4, 4], scales=[1, 2, 2, 2], mode="nearest")
+    # three linearly resized dimensions of a 4-D tensor
+    model = resize_model([1, 2, 4, 4], scales=[1, 2, 2, 2], mode="linear")
     assert_import_error(model, "resizing dimensions [1, 2, 3]")
     # dynamic spatial size
     model = make_model([helper.make_node("Resize", ["x", "", "sc"], ["y"], name="n", mode="nearest")],
@@ -237,18 +296,22 @@ def test_old_resize_and_upsample(opset, op, mode, scales):
 
 def test_resize_opset10_downsampling_ceil():
     """Opset 10 nearest downsampling by 0.6 takes ceil(i / 0.6) = 0, 2, 4, 5, 7, 9: NNAPI's half-pixel
-    floor((i + 0.5) x 10 / 6) picks the same rows; by 0.8 (10 -> 8) nothing matches."""
+    floor((i + 0.5) x 10 / 6) picks the same rows; by 0.8 (10 -> 8) nothing matches: a GATHER of
+    ceil(i / 0.8) = 0, 2, 3, 4, 5, 7, 8, 9."""
     def model(scale):
         return make_model([helper.make_node("Resize", ["x", "sc"], ["y"], name="n", mode="nearest")],
                           [tensor("x", [1, 1, 2, 10])], [tensor("y", None)],
                           [const("sc", np.asarray([1, 1, 1, scale], np.float32))], opset=10)
     imported, _, _ = check_against_ort(model(0.6), {"x": rnd(1, 1, 2, 10)})
     assert flags(imported)[1:] == (False, True)
-    assert_import_error(model(0.8), "mode 'nearest'", "10 -> 8")
+    x = rnd(1, 1, 2, 10)
+    imported, _, _ = check_against_ort(model(0.8), {"x": x})
+    assert op_types(imported) == ["GATHER"]
+    np.testing.assert_array_equal(imported.run({"x": x})["y"], x[..., [0, 2, 3, 4, 5, 7, 8, 9]])
 
 
 # -- quantized ---------------------------------------------------------------------------------------------
-def qdq_resize_model(mode, coord, out_scale, out_zp, dtype=np.uint8):
+def qdq_resize_model(mode, coord, out_scale, out_zp, dtype=np.uint8, out_hw=(10, 12)):
     elem = TensorProto.UINT8 if dtype == np.uint8 else TensorProto.INT8
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xf"]),
@@ -257,8 +320,8 @@ def qdq_resize_model(mode, coord, out_scale, out_zp, dtype=np.uint8):
              helper.make_node("QuantizeLinear", ["r", "os", "oz"], ["y"])]
     inits = [const("s", np.float32(0.03)), const("z", np.asarray(128 if dtype == np.uint8 else 3, dtype)),
              const("os", np.float32(out_scale)), const("oz", np.asarray(out_zp, dtype)),
-             const("sz", np.asarray([1, 3, 10, 12], np.int64))]
-    return make_model(nodes, [tensor("x", [1, 3, 5, 6])], [tensor("y", [1, 3, 10, 12], elem)], inits)
+             const("sz", np.asarray([1, 3, *out_hw], np.int64))]
+    return make_model(nodes, [tensor("x", [1, 3, 5, 6])], [tensor("y", [1, 3, *out_hw], elem)], inits)
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
@@ -276,6 +339,29 @@ def test_quantized_resize(mode, coord, dtype):
     got = imported.run({"x": x})["y"].astype(np.int32)
     ref = ort_run(model, {"x": x})["y"].astype(np.int32)
     assert np.abs(got - ref).max() <= (0 if mode == "nearest" else 1)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_quantized_nearest_gather(dtype):
+    """half_pixel + floor doubling (rows 0, 0, 0, 1, 2, ...): GATHERs of the 8-bit values, then a requantization
+    to the output's parameters."""
+    model = qdq_resize_model("nearest", "half_pixel", 0.05, 120 if dtype == np.uint8 else -5, dtype)
+    x = rnd(1, 3, 5, 6, scale=1.5)
+    imported = import_onnx(model.SerializeToString())
+    assert op_types(imported) == ["QUANTIZE", "GATHER", "GATHER", "DEQUANTIZE", "QUANTIZE"]
+    got = imported.run({"x": x})["y"].astype(np.int32)
+    assert np.abs(got - ort_run(model, {"x": x})["y"].astype(np.int32)).max() <= 1
+
+
+def test_quantized_resize_per_axis_requantized():
+    """pytorch_half_pixel to one row: one RESIZE_BILINEAR per axis on the 8-bit values, the requantization to the
+    output's parameters after the second."""
+    model = qdq_resize_model("linear", "pytorch_half_pixel", 0.05, 120, out_hw=(1, 12))
+    x = rnd(1, 3, 5, 6, scale=1.5)
+    imported = import_onnx(model.SerializeToString())
+    assert op_types(imported) == ["QUANTIZE", "RESIZE_BILINEAR", "RESIZE_BILINEAR", "DEQUANTIZE", "QUANTIZE"]
+    got = imported.run({"x": x})["y"].astype(np.int32)
+    assert np.abs(got - ort_run(model, {"x": x})["y"].astype(np.int32)).max() <= 1
 
 
 def test_quantized_resize_other_output_parameters_are_requantized():

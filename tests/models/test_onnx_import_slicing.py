@@ -209,11 +209,20 @@ def test_gather_constant_indices(case, fed):
 
 @pytest.mark.parametrize("indices_shape", [[3], [], [2, 2]])
 def test_gather_computed_indices(indices_shape):
+    """Computed indices may count from the end (negative): SELECT(LESS(i, 0), ADD(i, 4), i) before GATHER."""
     node = helper.make_node("Gather", ["a", "idx"], ["y"], axis=1)
-    idx = RNG.integers(0, 4, indices_shape).astype(np.int64)
+    idx = np.asarray(RNG.integers(-4, 4, indices_shape), np.int64)
+    if idx.ndim:
+        idx.flat[:2] = [-1, 2]
     ops = run_op(node, [1, 4, 3, 3], fed="nhwc", extra_inputs=[tensor("idx", indices_shape, TensorProto.INT64)],
                  feeds={"idx": idx}, layout_free=len(indices_shape) < 2)
-    assert "GATHER" in ops
+    assert [op for op in ops if op in ("LESS", "ADD", "SELECT", "GATHER")] == ["LESS", "ADD", "SELECT", "GATHER"]
+    for value in (-4, -1, 0, 3):  # both ends, from either side
+        feeds = {"x": rnd(1, 4, 3, 3), "idx": np.full(indices_shape, value, np.int64)}
+        model = make_model([helper.make_node("Gather", ["x", "idx"], ["y"], axis=1)],
+                           [tensor("x", [1, 4, 3, 3]), tensor("idx", indices_shape, TensorProto.INT64)],
+                           [tensor("y", None)])
+        check_against_ort(model, feeds)
 
 
 def test_gather_embedding_and_scalar_of_vector():
@@ -230,6 +239,11 @@ def test_gather_errors():
                        [tensor("x", [2, 3])], [tensor("y", None)], [const("idx", i64(0, 3))])
     err = import_error(model)
     assert "bad_gather" in err.message and "out of range" in err.message
+    # computed indices along a dimension of unknown size: a negative one could not be resolved
+    model = make_model([helper.make_node("Gather", ["x", "idx"], ["y"], name="bad_gather", axis=1)],
+                       [tensor("x", [2, "n"]), tensor("idx", [2], TensorProto.INT64)], [tensor("y", None)])
+    err = import_error(model)
+    assert "bad_gather" in err.message and "static dimension" in err.message
 
 
 # -- Tile, Expand ---------------------------------------------------------------------------------------

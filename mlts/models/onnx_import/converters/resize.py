@@ -8,12 +8,17 @@ coordinate_transformation_mode and the given scale (out / in for sizes) and roun
 nearest_mode. Rather than trusting a table, every (align_corners, half_pixel_centers) choice is
 checked at import against the ONNX formula for each output row and column: nearest must pick the
 same source index (NNAPI's float32 arithmetic, ONNX's exact one), linear the same clamped source
-coordinate (exactly, as fractions). The first choice that agrees everywhere is emitted; none agreeing
-is a clear error naming the mode. So asymmetric + floor (torch's nearest), half_pixel +
-round_prefer_ceil, tf_half_pixel_for_nn + floor, align_corners, half_pixel / pytorch_half_pixel
-linear, and half_pixel + round_prefer_floor on upsampling by 2 all map; cubic, antialiased
-downsampling, exclude_outside, tf_crop_and_resize and non-4-D resizes do not. Opset 10 Resize and
-Upsample use asymmetric coordinates with floor (upsampling) or ceil (downsampling), as onnxruntime.
+coordinate (exactly, as fractions). The first choice that agrees everywhere is emitted. Linear
+resizes no single choice fits become one RESIZE_BILINEAR per axis when each axis has its own
+(pytorch_half_pixel to a size of 1 on one axis); nearest ones that none fits (other rounding modes,
+other ranks or axes) become one GATHER per resized axis with the source indices ONNX picks, exact.
+Anything else is a clear error naming the mode: cubic, antialiased downsampling, exclude_outside,
+tf_crop_and_resize, and linear placements NNAPI cannot make (half_pixel_symmetric, a scale other
+than out / in). align_corners and pytorch_half_pixel take the output size as the resized length, as
+onnxruntime and torch do (onnx.reference takes in x scale: they differ when it is fractional).
+keep_aspect_ratio_policy not_larger / not_smaller use one scale for the resized axes and sizes
+rounded from it. Opset 10 Resize and Upsample use asymmetric coordinates with floor (upsampling) or
+ceil (downsampling), as onnxruntime.
 A float32 scale that is the float32 value of out / in stands for out / in exactly (0.333... for 9 -> 3);
 the output size is ONNX's floor(in x scale) (the shape inference's; onnxruntime's float32 product can
 round up, e.g. 5 x 1.4f gives 7 there, 6 here).
@@ -36,6 +41,7 @@ from .. import layout
 from ..ir import Graph, Node
 from ._common import alias
 from .base import OpConverter, all_quantized_same_dtype, const_input, register
+from .concat_pad import gather_axes
 
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
                     "tf_half_pixel_for_nn", "tf_crop_and_resize")
@@ -68,6 +74,7 @@ class _Spec:
             raise ctx.fail("exclude_outside=1 has no NNAPI equivalent")
         self.antialias = bool(int(node.attr("antialias", 0)))
         self.policy = str(node.attr("keep_aspect_ratio_policy", "stretch"))
+        self.policy_scales: list[Fraction] | None = None  # keep_aspect_ratio_policy's scale per dimension
         self.scales, self.sizes = self._read(node, ctx)
 
     def _read(self, node: Node, ctx) -> tuple[list[Fraction] | None, list[int] | None]:
@@ -93,8 +100,8 @@ class _Spec:
         if len(given) != len(axes) or sorted(set(axes)) != sorted(axes) or any(not 0 <= a < rank for a in axes):
             raise ctx.fail(f"{'scales' if sizes is None else 'sizes'} {list(given)} do not match "
                            f"{'axes ' + str(axes) if node.opset >= 18 else f'rank {rank}'}")
-        if sizes is not None and self.policy != "stretch" and len(set(axes)) > 1:
-            raise ctx.fail(f"keep_aspect_ratio_policy {self.policy!r} is not supported (only stretch)")
+        if sizes is not None and self.policy != "stretch":
+            sizes = self._keep_aspect_ratio(ctx, ctx.shape(node.input(0)), axes, sizes)
         if scales is not None:
             if any(not (s > 0) or not math.isfinite(s) for s in scales):
                 raise ctx.fail(f"scales {scales.tolist()} must be positive")
@@ -109,9 +116,23 @@ class _Spec:
             full_sizes[a] = s
         return None, full_sizes
 
+    def _keep_aspect_ratio(self, ctx, in_shape, axes: list[int], sizes: list[int]) -> list[int]:
+        """not_larger / not_smaller: one scale (the smallest / largest sizes / in) for every axis, the
+        output sizes rounded half up from it; the pixels are placed with that scale."""
+        if self.policy not in ("not_larger", "not_smaller"):
+            raise ctx.fail(f"unknown keep_aspect_ratio_policy {self.policy!r}")
+        if any(in_shape[a] is None for a in axes):
+            raise ctx.fail(f"keep_aspect_ratio_policy {self.policy!r} needs the static sizes of the resized axes")
+        ratios = [Fraction(s, in_shape[a]) for a, s in zip(axes, sizes)]
+        scale = min(ratios) if self.policy == "not_larger" else max(ratios)
+        self.policy_scales = [scale if a in axes else Fraction(1) for a in range(len(in_shape))]
+        return [math.floor(scale * in_shape[a] + HALF) for a in axes]
+
 
 def onnx_coordinate(spec: _Spec, i: int, in_size: int, out_size: int, scale: Fraction) -> Fraction:
-    """The exact source coordinate ONNX gives output index i along one axis."""
+    """The exact source coordinate ONNX gives output index i along one axis. align_corners and
+    pytorch_half_pixel use the output size as the resized length, as onnxruntime and torch do
+    (onnx.reference uses in x scale, which differs when a scale makes it fractional)."""
     coord = spec.coord
     if coord == "asymmetric":
         return i / scale
@@ -163,18 +184,25 @@ def _clamp(x: Fraction, in_size: int) -> Fraction:
     return min(max(x, Fraction(0)), Fraction(in_size - 1))
 
 
+def onnx_sources(spec: _Spec, in_size: int, out_size: int, scale: Fraction) -> list:
+    """Per output index: the source index ONNX takes (nearest) or its clamped source coordinate (linear)."""
+    xs = [onnx_coordinate(spec, i, in_size, out_size, scale) for i in range(out_size)]
+    if spec.mode == "nearest":
+        return [onnx_nearest(spec, x, scale, in_size) for x in xs]
+    return [_clamp(x, in_size) for x in xs]
+
+
 def nnapi_flags(spec: _Spec, axes: list[tuple[int, int, Fraction]]) -> tuple[bool, bool] | None:
     """The (align_corners, half_pixel_centers) reproducing ONNX on every (in, out, scale) axis, or None."""
     for align, half in NNAPI_FLAGS:
         ok = True
         for in_size, out_size, scale in axes:
-            xs = [onnx_coordinate(spec, i, in_size, out_size, scale) for i in range(out_size)]
+            sources = onnx_sources(spec, in_size, out_size, scale)
             if spec.mode == "nearest":
-                ok = [onnx_nearest(spec, x, scale, in_size) for x in xs] == nnapi_nearest(in_size, out_size, align,
-                                                                                         half)
+                ok = sources == nnapi_nearest(in_size, out_size, align, half)
             else:
-                ok = all(_clamp(x, in_size) == _clamp(nnapi_coordinate(i, in_size, out_size, align, half), in_size)
-                         for i, x in enumerate(xs))
+                ok = all(x == _clamp(nnapi_coordinate(i, in_size, out_size, align, half), in_size)
+                         for i, x in enumerate(sources))
             if not ok:
                 break
         if ok:
@@ -218,13 +246,14 @@ class ResizeConverter(OpConverter):
         for d in range(rank):
             if spec.sizes is not None:
                 target = spec.sizes[d]
-                if target is None or target == in_shape[d]:
+                fixed = spec.policy_scales[d] if spec.policy_scales is not None else None
+                if target is None or (target == in_shape[d] and fixed in (None, 1)):
                     scales.append(Fraction(1))
                     sizes.append(in_shape[d])
                     continue
                 if in_shape[d] is None:
                     raise ctx.fail(f"resizing dimension {d} needs its static input size")
-                scales.append(Fraction(target, in_shape[d]))
+                scales.append(fixed if fixed is not None else Fraction(target, in_shape[d]))
                 sizes.append(target)
             else:
                 scale = spec.scales[d]
@@ -244,24 +273,35 @@ class ResizeConverter(OpConverter):
             return alias(ctx, y, x)
         if any(s < 1 for s in sizes):
             raise ctx.fail(f"output sizes {sizes} must be positive")
-        if rank != 4 or len(resized) > 2:
-            raise ctx.fail(f"resizing dimensions {resized} of a {rank}-D tensor: NNAPI resizes two dimensions of "
-                           "a 4-D tensor")
+        if any(in_shape[d] is None for d in resized):
+            raise ctx.fail(f"the resized dimensions need static sizes, the input has shape {list(in_shape)}")
         if spec.antialias and spec.mode == "linear" and any(scales[d] < 1 for d in resized):
             raise ctx.fail("antialias=1 when downsampling has no NNAPI equivalent")
+        axes = {d: (in_shape[d], sizes[d], scales[d]) for d in resized}
+        fits = rank == 4 and len(resized) <= 2
+        flags = nnapi_flags(spec, list(axes.values())) if fits else None
+        if flags is None and spec.mode == "nearest":  # copies from the source indices ONNX picks
+            return gather_axes(ctx, x, y, {d: np.asarray(onnx_sources(spec, *axes[d])) for d in resized})
+        if not fits:
+            raise ctx.fail(f"resizing dimensions {resized} of a {rank}-D tensor: NNAPI resizes two dimensions of "
+                           "a 4-D tensor")
+        per_axis = {d: nnapi_flags(spec, [axes[d]]) for d in resized} if flags is None and len(resized) == 2 else {}
+        if flags is None and (not per_axis or None in per_axis.values()):
+            detail = ", ".join(f"{i} -> {o} (scale {float(s):g})" for i, o, s in axes.values())
+            raise ctx.fail(f"{spec.what} for {detail} has no exact NNAPI equivalent (RESIZE_BILINEAR places "
+                           "source pixels with align_corners or half_pixel_centers only)")
         op, perm, nchw = _layout(ctx, x, resized)
         h_axis, w_axis = (perm[2], perm[3]) if nchw else (perm[1], perm[2])
-        if in_shape[h_axis] is None or in_shape[w_axis] is None:
-            raise ctx.fail(f"the resized dimensions need static sizes, the input has shape {list(in_shape)}")
-        axes = [(in_shape[a], sizes[a], scales[a]) for a in (h_axis, w_axis) if a in resized]
-        flags = nnapi_flags(spec, axes)
-        if flags is None:
-            detail = ", ".join(f"{i} -> {o} (scale {float(s):g})" for i, o, s in axes)
-            raise ctx.fail(f"{spec.what} for {detail} has no exact NNAPI equivalent (RESIZE_"
-                           f"{'BILINEAR' if spec.mode == 'linear' else 'NEAREST_NEIGHBOR'} places source pixels "
-                           "with align_corners or half_pixel_centers only)")
-        align, half = flags
+        passes = [(flags, sizes[h_axis], sizes[w_axis])] if flags is not None else [  # one RESIZE per axis
+            (per_axis[h_axis], sizes[h_axis], in_shape[w_axis]), (per_axis[w_axis], sizes[h_axis], sizes[w_axis])]
         code = OperationCode.RESIZE_BILINEAR if spec.mode == "linear" else OperationCode.RESIZE_NEAREST_NEIGHBOR
-        out = ctx.output(y, perm, forced=ctx.quant_of(x))
-        ctx.add_op(code, [op, ctx.int_scalar(sizes[w_axis]), ctx.int_scalar(sizes[h_axis]), ctx.bool_scalar(nchw),
-                          ctx.bool_scalar(align), ctx.bool_scalar(half)], [out])
+        for k, ((align, half), height, width) in enumerate(passes):
+            if k < len(passes) - 1:
+                dims = list(ctx.operand_type(op).dimensions)
+                dims[2 if nchw else 1] = height
+                target = ctx.temp(ctx.operand_type(op).with_dimensions(dims))
+            else:  # created last: a requantization follows the operation writing it
+                target = ctx.output(y, perm, forced=ctx.quant_of(x))
+            ctx.add_op(code, [op, ctx.int_scalar(width), ctx.int_scalar(height), ctx.bool_scalar(nchw),
+                              ctx.bool_scalar(align), ctx.bool_scalar(half)], [target])
+            op = target

@@ -266,9 +266,10 @@ class GatherConverter(_Movement):
         name = node.input(1)
         value = ctx.graph.const(name)
         if value is None:
-            if ctx.value(name).shape is None:
+            shape = ctx.value(name).shape
+            if shape is None:
                 raise ctx.fail(f"the rank of the indices {name!r} is unknown")
-            return ctx.operand(name), ctx.value(name).shape
+            return self.wrapped(ctx, ctx.operand(name), dim), shape
         arr = np.asarray(value).astype(np.int64)
         if arr.size and (arr < 0).any():
             if dim is None:
@@ -280,6 +281,18 @@ class GatherConverter(_Movement):
         if arr.size == 0:
             raise ctx.fail("empty indices: NNAPI has no zero-sized tensors")
         return _int_constant(ctx, arr.reshape(arr.shape or (1,))), arr.shape
+
+    @staticmethod
+    def wrapped(ctx, idx: int, dim: int | None) -> int:
+        """Computed indices with ONNX's negative ones (counting from the end) made non-negative, as NNAPI
+        GATHER needs: SELECT(LESS(i, 0), ADD(i, dim), i)."""
+        if dim is None:
+            raise ctx.fail("computed indices need a static dimension along the axis (ONNX allows negative ones)")
+        t = ctx.operand_type(idx)
+        mask = ctx.op(OperationCode.LESS, [idx, _int_constant(ctx, [0])],
+                      OperandType.tensor(OperandCode.TENSOR_BOOL8, t.dimensions))
+        shifted = ctx.op(OperationCode.ADD, [idx, _int_constant(ctx, [dim]), ctx.int_scalar(0)], t)
+        return ctx.op(OperationCode.SELECT, [mask, shifted, idx], t)
 
     def convert(self, node: Node, ctx) -> None:
         x, y = node.input(0), node.outputs[0]
