@@ -212,3 +212,10 @@ def test_constant_too_large_to_fold_says_so(monkeypatch):
     x = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
     np.testing.assert_allclose(import_onnx(model.SerializeToString()).run({"x": x})["y"],
                                x @ np.full((16, 16), 0.5, np.float32), rtol=1e-6)
+
+
+def test_zero_sized_graph_input_is_refused_at_import():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", [2, 0, 4])],
+                       [tensor("y", [2, 0, 4])])
+    err = import_error(model.SerializeToString())
+    assert "graph input 'x' has a zero-sized dimension [2, 0, 4]" in str(err)

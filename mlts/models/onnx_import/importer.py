@@ -59,6 +59,9 @@ def convert(graph: Graph) -> Emitter:
         v = graph.value(name)
         if v.shape is None:
             raise import_error(f"graph input {name!r} has an unknown rank")
+        if 0 in v.shape:
+            raise import_error(f"graph input {name!r} has a zero-sized dimension {list(v.shape)} (NNAPI has no empty "
+                               "tensors: a dimension 0 means unknown)")
         index = em.add_operand(em.value_type(name))
         em.bind(name, index, tuple(range(len(v.shape))))
     used = {i for n in graph.nodes for i in n.inputs if i} | set(graph.outputs)
