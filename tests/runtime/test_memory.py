@@ -99,3 +99,40 @@ def test_numpy_offsets_cannot_wrap_around():
     with pytest.raises(MltsError):
         m.set_operand_value_from_memory(c, mem, np.uint64(2**64 - 16), np.uint64(16))
     m.set_operand_value_from_memory(c, mem, np.int64(16), np.int64(16))  # numpy ints are fine in range
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_memories_dropped_without_free_release_their_descriptors():
+    """A finished model keeps its large constants in a shared pool: building and dropping many models (the
+    fuzzers, `mlts diff`'s single-operation models) must not leak one descriptor each; free() closes once."""
+    import gc
+
+    from mlts.runtime import Model, OperandCode, OperandType, OperationCode
+
+    gc.collect()
+    before = _open_fds()
+    for _ in range(50):
+        m = Model()
+        t = OperandType.tensor(OperandCode.TENSOR_FLOAT32, [64, 64])
+        a, b, fuse, out = m.add_operand(t), m.add_operand(t), m.add_operand(OperandType.scalar(OperandCode.INT32)), \
+            m.add_operand(t)
+        m.set_operand_value(b, np.ones((64, 64), np.float32))  # 16 KiB: held in the model's shared pool
+        m.set_operand_value(fuse, np.int32(0))
+        m.add_operation(OperationCode.ADD, [a, b, fuse], [out])
+        m.identify_inputs_and_outputs([a], [out])
+        m.finish()
+        m.hal_model()
+        Memory.create_shared(4096)  # dropped at once
+        del m
+    gc.collect()
+    assert _open_fds() <= before + 2
+    mem = Memory.create_shared(4096)
+    fd = mem.fd
+    mem.free()
+    mem.free()
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed by free(), and only once (a second close could hit a reused number)

@@ -9,6 +9,7 @@ import itertools
 import math
 import mmap
 import os
+import weakref
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,9 @@ class Memory:
         self.readable = readable
         self.writable = writable
         self.fd = fd
+        # The one place the descriptor is closed: free() or, for a memory dropped without it (a finished
+        # model's constant pool goes with the model), garbage collection; never twice.
+        self._close_fd = weakref.finalize(self, _close_quietly, fd) if fd is not None else None
         self.path = path
         self.file_offset = file_offset
         self._mapping = mapping
@@ -159,17 +163,21 @@ class Memory:
         if self.closed:
             return
         self.closed = True
-        if self.fd is not None:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
+        if self._close_fd is not None:
+            self._close_fd()
             self.fd = None
 
     free = close
 
     def __repr__(self) -> str:
         return f"<Memory {self.name} {self.size} bytes>"
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _as_int(value: Any, what: str) -> int:
