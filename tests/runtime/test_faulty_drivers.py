@@ -343,16 +343,16 @@ def test_unsupported_fails_with_op_failed_then_the_cpu_takes_over(register, mode
     np.testing.assert_array_equal(run(compiled(add_only, [device]), x, y), chain_expected([ADD, ADD], x, y))
 
 
-def test_unsupported_claims_operations_it_has_no_kernel_for(register):
+def test_unsupported_claims_an_operation_and_fails_executing_it(register):
     m = Model()
     values = m.add_operand(OperandType(OperandCode.TENSOR_FLOAT32, (2, 2)))
     lookups = m.add_operand(OperandType(OperandCode.TENSOR_INT32, (2,)))
     b = m.add_operand(OperandType(OperandCode.TENSOR_FLOAT32, (2, 2)))
     m.set_operand_value(lookups, np.array([1, 0], np.int32))
-    m.add_operation(OperationCode.EMBEDDING_LOOKUP, [lookups, values], [b])  # an operation mlts has no kernel for
+    m.add_operation(OperationCode.EMBEDDING_LOOKUP, [lookups, values], [b])
     m.identify_inputs_and_outputs([values], [b])
     m.finish()
-    _, device = only(register, "unsupported@execute?op=CONV_2D")
+    _, device = only(register, "unsupported@execute?op=EMBEDDING_LOOKUP")
     assert m.get_supported_operations_for_devices([device]) == [True]
     c = compiled(m, [device])  # prepares: it said it could
     with pytest.raises(MltsError) as info:

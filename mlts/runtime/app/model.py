@@ -18,7 +18,7 @@ from ..errors import MltsError, bad_data, bad_state
 from ..hal import HalModel
 from ..hal.memory import Memory
 from ..operand_type import OperandType, SymmPerChannelQuantParams, as_operand_array, validate_operand_type
-from ..ops import OperationContext, SubgraphSignature, ValueUnknown, get_operation, get_signature
+from ..ops import OperationContext, SubgraphSignature, ValueUnknown, get_operation
 from .hal_builder import HalBuilder
 from .manager import supported_operations_for_devices
 
@@ -336,10 +336,8 @@ class Model:
         return None
 
     def _validate_operation(self, op_index: int, operation: _Operation, *, phase: str) -> None:
-        impl = get_operation(operation.code)
-        # No kernel: NNAPI's structural checks still apply (devices will report the operation unsupported).
-        validator = impl if impl is not None else get_signature(operation.code)
-        if validator is None:
+        validator = get_operation(operation.code)
+        if validator is None:  # every NNAPI 1.3 operation has a kernel; an unknown code is refused before this
             return
         in_types: list[OperandType | None] = []
         values: list[Any] = []
@@ -363,11 +361,11 @@ class Model:
             pass
         except Exception as e:  # a validator bug must still surface as a clean error
             raise bad_data(f"operation {op_index} ({operation.code.name}): validation failed: {e}") from None
-        if phase != "finish" or impl is None:  # a signature has no shape inference
+        if phase != "finish":
             return
         ctx.phase = "prepare"
         try:
-            shapes = impl.prepare(ctx)
+            shapes = validator.prepare(ctx)
         except ValueUnknown:
             return
         except MltsError:

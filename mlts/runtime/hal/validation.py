@@ -16,7 +16,7 @@ from ..errors import MltsError, bad_data
 from .types import BufferToken, CacheHandles, HalModel, Request, Subgraph, constant_array
 from .memory import Memory
 from ..operand_type import OperandType, validate_operand_type
-from ..ops import OperationContext, SubgraphSignature, ValueUnknown, get_operation, get_signature
+from ..ops import OperationContext, SubgraphSignature, ValueUnknown, get_operation
 
 
 def validate_hal_model(model: HalModel) -> None:
@@ -107,11 +107,8 @@ def _validate_subgraph(model: HalModel, sg: Subgraph, s: int, n_subgraphs: int) 
 
 def _validate_operation(model: HalModel, sg: Subgraph, j: int) -> None:
     op = sg.operations[j]
-    # An operation without a kernel still gets NNAPI's structural checks (its signature).
     impl = get_operation(op.type)
-    if impl is None:
-        impl = get_signature(op.type)
-    if impl is None:
+    if impl is None:  # every NNAPI 1.3 operation has a kernel; an unknown code is refused before this
         return
     in_types: list[OperandType | None] = []
     values: list[Any] = []

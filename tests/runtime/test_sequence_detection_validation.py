@@ -1,9 +1,10 @@
-"""Operations mlts has no kernel for still get NNAPI's structural validation (ops/_signatures.py).
+"""NNAPI's structural validation of the sequence and detection families and RANDOM_MULTINOMIAL (the last
+operations to get kernels), checked across every operand of NNAPI's own cases.
 
 The valid structures come from NNAPI's CTS data set (every case of these operations must build); the
 invalid ones are those cases with one input or output changed, or counts changed, and must be refused
 with BAD_DATA naming the operation and the culprit, at build time (Model) and by a driver's HAL checks
-(validate_hal_model). Devices still decline the operations: a signature is not a kernel.
+(validate_hal_model). nnapi-reference supports every one of them.
 """
 from __future__ import annotations
 
@@ -18,17 +19,13 @@ from mlts.conformance.nnapi_cts.store import Case, load_cases
 from mlts.conformance.nnapi_cts.suite import build_model
 from mlts.runtime import MltsError, Model, OperandCode, OperandType, OperationCode, ResultCode, get_device
 from mlts.runtime.hal.validation import validate_hal_model
-from mlts.runtime.ops import get_operation, implemented_operations
-from mlts.runtime.ops.registry import get_signature
+from mlts.runtime.ops import implemented_operations
 
-# The NNAPI 1.3 operations without an mlts kernel when this test was written (the sequence and
-# detection families and RANDOM_MULTINOMIAL); one that gains a kernel is validated by it instead.
-NO_KERNEL = ("EMBEDDING_LOOKUP", "HASHTABLE_LOOKUP", "LSH_PROJECTION", "LSTM", "RNN", "SVDF",
+FAMILIES = ("EMBEDDING_LOOKUP", "HASHTABLE_LOOKUP", "LSH_PROJECTION", "LSTM", "RNN", "SVDF",
              "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_LSTM",
              "BIDIRECTIONAL_SEQUENCE_RNN", "QUANTIZED_16BIT_LSTM", "QUANTIZED_LSTM", "RANDOM_MULTINOMIAL",
              "AXIS_ALIGNED_BBOX_TRANSFORM", "BOX_WITH_NMS_LIMIT", "DETECTION_POSTPROCESSING", "GENERATE_PROPOSALS",
              "HEATMAP_MAX_KEYPOINT", "ROI_ALIGN", "ROI_POOLING")
-WITHOUT_KERNEL = tuple(n for n in NO_KERNEL if get_operation(OperationCode[n]) is None)
 # The input whose type selects the others' (NNAPI's validateOperation reads it first); 0 elsewhere.
 PRIMARY_INPUT = {"EMBEDDING_LOOKUP": 1, "HASHTABLE_LOOKUP": 2}
 SCALARS = {"INT32", "FLOAT32", "FLOAT16", "BOOL", "UINT32"}
@@ -36,7 +33,7 @@ SCALARS = {"INT32", "FLOAT32", "FLOAT16", "BOOL", "UINT32"}
 
 @functools.lru_cache(maxsize=1)
 def signature_cases() -> tuple[Case, ...]:
-    return tuple(c for c in load_cases() if set(c.operation_names) & set(WITHOUT_KERNEL))
+    return tuple(c for c in load_cases() if set(c.operation_names) & set(FAMILIES))
 
 
 @functools.lru_cache(maxsize=1)
@@ -89,28 +86,14 @@ def _wrong_type(type_name: str) -> str:
 
 
 # -- (a) the CTS data set builds --------------------------------------------------------------------
-def test_every_operation_without_a_kernel_has_a_signature():
-    missing = [c.name for c in OperationCode if c not in implemented_operations() and get_signature(c) is None]
-    assert missing == []
-
-
-def test_signatures_are_not_kernels_and_the_table_covers_its_types():
-    for name in NO_KERNEL:
-        signature = get_signature(OperationCode[name])
-        assert signature is not None and signature.code == OperationCode[name]
-        assert not hasattr(signature, "execute")  # validation only: nothing to run
-    assert get_signature(OperationCode.ADD) is None  # kernels are not duplicated here
-    assert get_signature(OperationCode.RNN).supported_types == {OperandCode.TENSOR_FLOAT32,
-                                                                 OperandCode.TENSOR_FLOAT16}
-    assert get_signature(OperationCode.ROI_ALIGN).supported_types == {
-        OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_FLOAT16, OperandCode.TENSOR_QUANT8_ASYMM,
-        OperandCode.TENSOR_QUANT8_ASYMM_SIGNED}
+def test_every_nnapi_operation_has_a_kernel():
+    assert [c.name for c in OperationCode if c not in implemented_operations()] == []
 
 
 def test_every_cts_case_of_these_operations_builds():
     cases = signature_cases()
-    tested = {name for c in cases for name in c.operation_names} & set(WITHOUT_KERNEL)
-    assert tested == set(WITHOUT_KERNEL)  # the data set has cases of each
+    tested = {name for c in cases for name in c.operation_names} & set(FAMILIES)
+    assert tested == set(FAMILIES)  # the data set has cases of each
     failures = []
     for case in cases:
         try:
@@ -192,7 +175,7 @@ def test_counts_of_each_nnapi_version_are_accepted():
     assert {(15, 1), (15, 2), (15, 3), (15, 4)} <= counts["BIDIRECTIONAL_SEQUENCE_RNN"]
     assert {(28, 1), (28, 3)} <= counts["UNIDIRECTIONAL_SEQUENCE_LSTM"]
     assert {(7, 1), (7, 2)} <= counts["UNIDIRECTIONAL_SEQUENCE_RNN"]
-    # 5 outputs (merged, with states) of BIDIRECTIONAL_SEQUENCE_LSTM: not in CTS, allowed by NNAPI 1.3
+    # 5 outputs are the merged form with states (NNAPI 1.3): with merge_outputs false (this case) they are refused
     case = representatives()[("BIDIRECTIONAL_SEQUENCE_LSTM", "TENSOR_FLOAT32")]
     name, ins, outs = case.main.operations[0]
     assert len(outs) == 6
@@ -200,7 +183,7 @@ def test_counts_of_each_nnapi_version_are_accepted():
     five.main.operations[0] = (name, ins, outs[:5])
     five.main.outputs = [o for o in case.main.outputs if o != outs[5]]
     five.main.inputs = [*case.main.inputs, outs[5]]  # the dropped output's operand: an unused model input
-    build_model(five)
+    _expect_bad_data(lambda: build_model(five), "(BIDIRECTIONAL_SEQUENCE_LSTM)", "merge_outputs")
 
 
 def _hand_model(types_in, types_out, omitted=()) -> tuple[Model, list[int], list[int]]:
@@ -229,10 +212,14 @@ def test_optional_inputs_may_be_omitted_and_required_ones_may_not():
     _expect_bad_data(lambda: m.add_operation(OperationCode.SVDF, ins, outs), "(SVDF): input 2 ",
                      "required input is omitted")
     # LSTM (23 inputs): the CIFG / peephole / projection tensors 1, 5, 9-12, 16, 17 are optional
-    lstm_in = [F32T] * 20 + [I32, F32, F32]
-    m, ins, outs = _hand_model(lstm_in, [F32T] * 4, omitted=(1, 5, 9, 10, 11, 12, 16, 17))
+    # (batch, input size, units, output size all 2: weights [2, 2], peepholes and biases [2]; with CIFG the
+    # scratch buffer is [batch, 3 x units])
+    vec = OperandType(OperandCode.TENSOR_FLOAT32, (2,))
+    lstm_in = [F32T] * 9 + [vec] * 7 + [F32T, vec, F32T, F32T, I32, F32, F32]
+    scratch = OperandType(OperandCode.TENSOR_FLOAT32, (2, 6))
+    m, ins, outs = _hand_model(lstm_in, [scratch] + [F32T] * 3, omitted=(1, 5, 9, 10, 11, 12, 16, 17))
     m.add_operation(OperationCode.LSTM, ins, outs)
-    m, ins, outs = _hand_model(lstm_in, [F32T] * 4, omitted=(13,))
+    m, ins, outs = _hand_model(lstm_in, [scratch] + [F32T] * 3, omitted=(13,))
     _expect_bad_data(lambda: m.add_operation(OperationCode.LSTM, ins, outs), "(LSTM): input 13 ")
     # the primary input selects the variant: it may not be omitted
     m, ins, outs = _hand_model([F32T, I32, OperandType(OperandCode.TENSOR_INT32, (2,))],
@@ -257,13 +244,11 @@ def test_the_driver_side_hal_checks_refuse_a_malformed_structure_too():
     assert re.search(r"expected TENSOR_QUANT16_ASYMM\)", message)
 
 
-# -- (c) still unsupported ----------------------------------------------------------------------------
-@pytest.mark.parametrize("device_name", ["nnapi-reference", "mlts-fast"])
-def test_devices_still_decline_these_operations(device_name):
-    device = get_device(device_name)
-    declined = set()
+# -- (c) supported ------------------------------------------------------------------------------------
+def test_nnapi_reference_supports_every_one_of_them():
+    device = get_device("nnapi-reference")
+    supported = set()
     for (name, _), case in representatives().items():
-        model = build_model(case)
-        assert model.get_supported_operations_for_devices([device]) == [False], name
-        declined.add(name)
-    assert declined == set(WITHOUT_KERNEL)
+        assert build_model(case).get_supported_operations_for_devices([device]) == [True], name
+        supported.add(name)
+    assert supported == set(FAMILIES)
