@@ -28,9 +28,11 @@ ort = pytest.importorskip("onnxruntime")
 
 FLOAT_IMAGES = 32  # every one must agree
 QUANT_IMAGES = 100
-# The 224 px quantized models take 0.3 s an image on nnapi-reference: 50 images each keeps the suite under its
-# budget (measured on the first 50: top-1 agreement 100%, within 3 steps on 90-96%; on 100: 91-98%).
-QUANT_IMAGES_224 = 50
+# The 192 and 224 px quantized models take 0.2-0.3 s an image on nnapi-reference: 50 images each keeps the
+# suite under its budget (measured on the first 50: top-1 agreement 100%, within 3 steps on 88-96%; on 100:
+# 87-98%).
+QUANT_IMAGES_LARGE = 50
+LARGE_RESOLUTION = 192
 QUANT_AGREEMENT = 0.97  # measured 98-100% (the issue asks 99%: see the module doc)
 FLOAT_TOLERANCE = 1e-4
 QUANT_STEPS = 3
@@ -89,7 +91,8 @@ def test_reference_matches_onnxruntime_on_heldout_images(name):
     imported = load(name)
     peer = _peer(name, entry.quantization is not None)
     reference = [get_device("nnapi-reference")]
-    count = (QUANT_IMAGES_224 if entry.resolution == 224 else QUANT_IMAGES) if entry.quantization else FLOAT_IMAGES
+    large = entry.resolution >= LARGE_RESOLUTION
+    count = (QUANT_IMAGES_LARGE if large else QUANT_IMAGES) if entry.quantization else FLOAT_IMAGES
     images, _ = next(ShapesDataset("heldout", entry.resolution, count).batches(count))
     x = _input(images, entry.quantization)
     differences, same = [], 0
