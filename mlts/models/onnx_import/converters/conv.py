@@ -100,6 +100,13 @@ class WeightedConverter(OpConverter):
             raise NotQuantizable(f"{self.weights_name} must be an 8-bit constant")
         return w
 
+    def check_convolution_quantized(self, node: Node, graph: Graph, axis: int) -> None:
+        """Conv and ConvTranspose: 8-bit weights, per channel only along the output axis `axis`, constant bias."""
+        self.check_per_channel(self.quantized_weights(node, graph), axis=axis)
+        b = node.input(2)
+        if b is not None and graph.const(b) is None:
+            raise NotQuantizable("the bias must be a constant")
+
     def check_per_channel(self, w: Value, axis: int) -> None:
         """Per-channel weights: along the output axis `axis`, symmetric (uint8 zero points of 128 are)."""
         q = w.quant
@@ -116,10 +123,7 @@ class ConvConverter(WeightedConverter):
     op_types = ("Conv",)
 
     def check_quantized(self, node: Node, graph: Graph) -> None:
-        self.check_per_channel(self.quantized_weights(node, graph), axis=0)
-        b = node.input(2)
-        if b is not None and graph.const(b) is None:
-            raise NotQuantizable("the bias must be a constant")
+        self.check_convolution_quantized(node, graph, axis=0)
 
     def convert(self, node: Node, ctx) -> None:
         x, w, b = node.input(0), node.input(1), node.input(2)

@@ -17,7 +17,6 @@ import numpy as np
 from mlts.runtime import OperandCode, OperandType, OperationCode
 
 from .. import layout
-from ..errors import NotQuantizable
 from ..ir import Graph, Node, Quant
 from .base import ints, register
 from .conv import WeightedConverter, quantized_bias, quantized_filter
@@ -83,10 +82,7 @@ class ConvTransposeConverter(WeightedConverter):
     outputs_name = "channels (axis 1)"
 
     def check_quantized(self, node: Node, graph: Graph) -> None:
-        self.check_per_channel(self.quantized_weights(node, graph), axis=1)
-        b = node.input(2)
-        if b is not None and graph.const(b) is None:
-            raise NotQuantizable("the bias must be a constant")
+        self.check_convolution_quantized(node, graph, axis=1)
 
     def convert(self, node: Node, ctx) -> None:
         x, w, b = node.input(0), node.input(1), node.input(2)
