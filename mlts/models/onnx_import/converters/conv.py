@@ -79,6 +79,13 @@ def quantized_bias(ctx, bias_name: str | None, units: int, in_scale: float, w_sc
     return ctx.constant(ints32, OperandType.tensor(OperandCode.TENSOR_INT32, [units], scale, 0))
 
 
+def float_bias(ctx, bias_name: str | None, units: int, x_op: int) -> int:
+    """The bias operand of a float convolution: the ONNX bias, or zeros of the input's type when it has none."""
+    if bias_name is not None:
+        return ctx.operand(bias_name)
+    return ctx.constant(np.zeros(units, np.float32), OperandType.tensor(ctx.operand_type(x_op).code, [units]))
+
+
 class WeightedConverter(OpConverter):
     """Conv and Gemm: input 1 holds the weights (when quantized, an 8-bit constant, per-channel only
     along the output axis and symmetric), input 2 an optional bias; an activation can be fused."""
@@ -172,11 +179,7 @@ class ConvConverter(WeightedConverter):
                 f_op = ctx.operand(w, transpose)
             else:
                 raise ctx.fail("grouped convolutions need constant weights")
-            if b is None:
-                b_op = ctx.constant(np.zeros(out_c, np.float32), OperandType.tensor(
-                    ctx.operand_type(x_op).code, [out_c]))
-            else:
-                b_op = ctx.operand(b)
+            b_op = float_bias(ctx, b, out_c, x_op)
         inputs = [x_op, f_op, b_op] + [ctx.int_scalar(v) for v in (left, right, top, bottom, strides[1],
                                                                    strides[0])]
         if depthwise:

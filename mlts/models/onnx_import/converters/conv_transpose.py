@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlts.runtime import OperandCode, OperandType, OperationCode
+from mlts.runtime import OperandCode, OperationCode
 
 from .. import layout
 from ..ir import Graph, Node, Quant
 from .base import ints, register
-from .conv import WeightedConverter, quantized_bias, quantized_filter
+from .conv import WeightedConverter, float_bias, quantized_bias, quantized_filter
 
 NHWC = layout.NHWC
 FILTER_LAYOUT = (1, 2, 3, 0)  # ONNX [C_in, C_out, kH, kW] -> NNAPI [C_out, kH, kW, C_in]
@@ -134,11 +134,7 @@ class ConvTransposeConverter(WeightedConverter):
                 f_op = ctx.operand(w, FILTER_LAYOUT)
             else:
                 raise ctx.fail("grouped or dilated transposed convolutions need constant weights")
-            if b is None:
-                b_op = ctx.constant(np.zeros(out_c, np.float32), OperandType.tensor(
-                    ctx.operand_type(x_op).code, [out_c]))
-            else:
-                b_op = ctx.operand(b)
+            b_op = float_bias(ctx, b, out_c, x_op)
         if top < 0 or left < 0:
             raise ctx.fail(f"negative head padding (top {top}, left {left}) has no NNAPI equivalent")
         inputs = [x_op, f_op, b_op] + [ctx.int_scalar(v) for v in (left, right, top, bottom, strides[1], strides[0],
