@@ -34,6 +34,7 @@ def _unsupported(node, graph: Graph) -> MltsError:
 
 
 def prepare_graph(graph: Graph) -> None:
+    quantization.record_unread_quantize(graph)
     graph.eliminate_dead_nodes()
     # Constant nodes first: QOperator scales may be written as Constant nodes.
     folding.fold_constants_of_type(graph, "Constant")

@@ -208,6 +208,10 @@ class Graph:
         self.nodes: list[Node] = []
         self.inputs: list[str] = []
         self.outputs: list[str] = []
+        #: Parameters of QuantizeLinear nodes whose result nothing reads, by the tensor they quantize: a
+        #: quantizer's record of parameters no tensor carries (an LSTM's cell-state scale on Y_c), kept when
+        #: dead-node elimination drops those nodes.
+        self.unread_quant: dict[str, Quant] = {}
         self._counter = 0
 
     # -- values ---------------------------------------------------------------------------------

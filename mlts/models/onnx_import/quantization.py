@@ -24,7 +24,7 @@ import numpy as np
 from .converters import get_converter
 from .errors import NotQuantizable, import_error
 from .ir import Graph, Node, Quant, Value
-from .quant_propagation import ACTIVATION_DTYPES, assign_quant
+from .quant_propagation import ACTIVATION_DTYPES, assign_quant, qdq_params
 
 QOPERATORS = {"QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool",
               "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearConcat",
@@ -207,6 +207,18 @@ def normalize_qoperators(graph: Graph) -> None:
     graph.nodes = nodes
 
 
+def record_unread_quantize(graph: Graph) -> None:
+    """graph.unread_quant: the parameters of QuantizeLinear nodes nothing reads (before dead-node elimination
+    drops them), e.g. the int16 QuantizeLinear a quantizer puts on an LSTM's Y_c to record the cell state's scale."""
+    consumers = graph.consumers()
+    for n in graph.nodes:
+        if n.op_type != "QuantizeLinear" or n.domain not in ("", "ai.onnx") or n.outputs[0] in graph.outputs \
+                or consumers.get(n.outputs[0]) or n.attr("block_size", 0) \
+                or any(graph.const(n.input(i)) is None for i in (1, 2) if n.input(i)):
+            continue
+        graph.unread_quant[n.inputs[0]] = qdq_params(n, graph)
+
+
 # -- 3. QDQ fusion -----------------------------------------------------------------------------------
 def _fuse_one(node: Node, graph: Graph, producers: dict, consumers: dict) -> list[Node] | None:
     conv = get_converter(node)
@@ -243,11 +255,14 @@ def _fuse_one(node: Node, graph: Graph, producers: dict, consumers: dict) -> lis
     new_outputs = []
     removed: list[Node] = []
     aliases: list[tuple[str, str]] = []
-    for o in node.outputs:
+    for k, o in enumerate(node.outputs):
         if not o:
             new_outputs.append(o)
             continue
         cons = consumers.get(o, [])
+        if not cons and o not in outputs and k in conv.optional_outputs:
+            new_outputs.append(o)  # unread: it stays a float tensor the converter does not write
+            continue
         if o in outputs or not cons or any(c.op_type != "QuantizeLinear" for c in cons):
             return None
         qs = [graph.value(c.outputs[0]).quant for c in cons]

@@ -13,12 +13,13 @@ import numpy as np
 from ..errors import NotQuantizable
 from ..ir import Graph, Node
 
-_REGISTRY: dict[str, "OpConverter"] = {}
+_REGISTRY: dict[tuple[str, str], "OpConverter"] = {}  # (domain, op_type) -> converter
 
 
 class OpConverter:
-    #: ONNX operator types (default domain) this converter handles.
+    #: ONNX operator types this converter handles, in `domain` ("": the default domain, ai.onnx).
     op_types: tuple[str, ...] = ()
+    domain: str = ""
     #: May run as an NNAPI quantized operation when its data inputs come from DequantizeLinear and
     #: its outputs go to QuantizeLinear (QDQ), or when it is a QLinear* operator.
     quantizable: bool = False
@@ -32,6 +33,9 @@ class OpConverter:
     bias_input: int | None = None
     #: Accepts a fused RELU/RELU1/RELU6 (node.attrs["_fuse"]).
     fusable: bool = False
+    #: Outputs that may be unread when the node runs quantized (they keep their name and stay float; the
+    #: converter does not write them).
+    optional_outputs: tuple[int, ...] = ()
     #: Converts an importer-internal node (made by a pattern rewrite), not an ONNX operator.
     internal: bool = False
 
@@ -54,21 +58,26 @@ class OpConverter:
 def register(cls: type[OpConverter]) -> type[OpConverter]:
     inst = cls()
     for op in cls.op_types:
-        if op in _REGISTRY:
-            raise RuntimeError(f"converter for {op} registered twice")
-        _REGISTRY[op] = inst
+        key = (cls.domain, op)
+        if key in _REGISTRY:
+            raise RuntimeError(f"converter for {cls.domain + '.' if cls.domain else ''}{op} registered twice")
+        _REGISTRY[key] = inst
     return cls
 
 
 def get_converter(node: Node) -> OpConverter | None:
-    if node.domain not in ("", "ai.onnx"):
-        return None
-    return _REGISTRY.get(node.op_type)
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    return _REGISTRY.get((domain, node.op_type))
 
 
 def registered_op_types() -> list[str]:
-    """The ONNX operator types converted (importer-internal node types left out)."""
-    return sorted(op for op, conv in _REGISTRY.items() if not conv.internal)
+    """The default-domain ONNX operator types converted (importer-internal node types left out)."""
+    return sorted(op for (domain, op), conv in _REGISTRY.items() if not conv.internal and not domain)
+
+
+def registered_custom_op_types() -> list[str]:
+    """Operators of other domains converted, as "domain.op_type" (mlts's own ai.mlts operators)."""
+    return sorted(f"{domain}.{op}" for (domain, op), conv in _REGISTRY.items() if not conv.internal and domain)
 
 
 # -- shared attribute helpers ----------------------------------------------------------------------
