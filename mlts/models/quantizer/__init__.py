@@ -20,26 +20,38 @@ Graph rules (what the NNAPI quantized operations require)
 - Conv (or Gemm) followed by its only consumer Relu/Clip is fused: DQ -> Conv -> Clip -> Q, the
   activation's output range sets the output quantization (NNAPI keeps the fused RELU6 through it).
 - Add (residuals): both inputs and the output are quantized.
-- Pooling and reshaping (GlobalAveragePool, AveragePool, MaxPool, Flatten, Reshape, Identity)
-  keep their input's scale and zero point, as NNAPI requires for them.
-- Softmax outputs have scale 1/256 and zero point 0 (uint8) or -128 (int8).
-- The graph input keeps its name and shape, becomes uint8/int8 with scale 1/127.5 and zero point
-  128 (int8: 0) followed by DequantizeLinear, so the model takes quantized images directly;
-  graph outputs keep their names and become the quantized tensors.
+- Pooling and reshaping (GlobalAveragePool, AveragePool, MaxPool, Flatten, Reshape, Identity,
+  Transpose, Squeeze, Unsqueeze) keep their input's scale and zero point, as NNAPI requires.
+- Softmax and Sigmoid outputs have scale 1/256 and zero point 0 (uint8) or -128 (int8); Tanh
+  outputs 1/128 and 128 (uint8) or 0 (int8): NNAPI's SOFTMAX, LOGISTIC and TANH.
+- Concat: its output and the calibrated sources of its inputs share one joint range, so NNAPI's
+  CONCATENATION needs no requantization; constant inputs take the output's parameters.
+- LSTM (int8 only; NNAPI's QUANTIZED_LSTM is signed): per-gate symmetric int8 W and R, the float
+  bias, int8 hidden state (Y, Y_h) calibrated over every step, int16 cell state with a power-of-two
+  scale on Y_c; the model moves to opset 21 (recurrent.py has the exact contract).
+- Nodes of other domains (e.g. ai.mlts DetectionPostProcess) stay float with everything after
+  them: they read DequantizeLinear outputs, and calibration runs the graph cut before them.
+- The graph input keeps its name and shape. An image input ([N, 3, H, W]) becomes uint8/int8
+  with scale 1/127.5 and zero point 128 (int8: 0) followed by DequantizeLinear, so the model
+  takes quantized images directly; other inputs are calibrated. Graph outputs of quantized
+  nodes keep their names and become the quantized tensors; those of float nodes stay float.
 
-Modules: qparams (scale/zero-point arithmetic), evaluator and conv (running graphs), calibration
-(activation ranges), parameters (which parameters each tensor gets), rewrite (the QDQ graph),
-quantize (the entry point), report (inspection and float/quantized comparison).
+Modules: qparams (scale/zero-point arithmetic), evaluator and conv (running graphs), graph (graph
+helpers, the standard part of a graph with custom operators), calibration (activation ranges),
+parameters (which parameters each tensor gets), recurrent (LSTM), rewrite (the QDQ graph), quantize
+(the entry point), report (inspection and float/quantized comparison).
 """
 from .calibration import CALIBRATIONS, collect_ranges
 from .evaluator import Evaluator
+from .graph import standard_part
 from .qparams import (INPUT_SCALE, SOFTMAX_SCALE, QParams, choose_qparams, dequantize_array, quantize_array,
                       symmetric_scales)
 from .quantize import QUANT_OPSET, SCHEMES, quantize_model
+from .recurrent import LSTM_OPSET, lstm_states
 from .report import input_qparams, output_qparams, quantization_report
 
 __all__ = [
-    "CALIBRATIONS", "INPUT_SCALE", "QUANT_OPSET", "SCHEMES", "SOFTMAX_SCALE", "Evaluator", "QParams",
-    "choose_qparams", "collect_ranges", "dequantize_array", "input_qparams", "output_qparams",
-    "quantization_report", "quantize_array", "quantize_model", "symmetric_scales",
+    "CALIBRATIONS", "INPUT_SCALE", "LSTM_OPSET", "QUANT_OPSET", "SCHEMES", "SOFTMAX_SCALE", "Evaluator", "QParams",
+    "choose_qparams", "collect_ranges", "dequantize_array", "input_qparams", "lstm_states", "output_qparams",
+    "quantization_report", "quantize_array", "quantize_model", "standard_part", "symmetric_scales",
 ]

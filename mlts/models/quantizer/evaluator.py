@@ -25,7 +25,7 @@ from onnx.reference.op_run import OpRun
 from onnx.reference.ops.op_conv import Conv as _ReferenceConv
 
 from .conv import conv2d
-from .graph import constant_names, graph_input_names, toposort
+from .graph import constant_names, graph_input_names, input_ranks, toposort
 from .qparams import dequantize_array, quantize_array
 
 
@@ -93,6 +93,7 @@ class Evaluator:
     def __init__(self, model) -> None:
         graph = model.graph
         self.input_names = graph_input_names(graph)
+        self.input_ranks = input_ranks(graph)  # None where the model does not declare a shape
         self.output_names = [o.name for o in graph.output]
         self._known = constant_names(graph) | set(self.input_names) | {o for n in graph.node for o in n.output}
         self._reference = ReferenceEvaluator(_sorted(model), new_ops=_OPS)

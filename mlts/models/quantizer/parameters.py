@@ -2,40 +2,85 @@
 
 Activations follow what NNAPI's quantized operations require (see the package docstring): a
 convolution fused with its activation is quantized after the activation, pooling and reshaping
-keep their input's parameters, Softmax outputs have fixed ones, the rest are calibrated.
+keep their input's parameters, Softmax / Sigmoid / Tanh outputs have fixed ones, a Concat's
+inputs share its output's parameters where they can, LSTM states follow recurrent.py, the rest
+are calibrated. Non-standard nodes (custom domains) and everything after them stay float.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
 
-from .graph import compute_nodes, constant_names, graph_input_names
-from .qparams import (ACTIVATION_DTYPES, INT32, SOFTMAX_SCALE, SOFTMAX_ZERO_POINT, QParams, choose_qparams,
-                      symmetric_scales)
+from .graph import compute_nodes, constant_names, float_tensors, graph_input_names
+from .qparams import (ACTIVATION_DTYPES, INT32, SOFTMAX_SCALE, SOFTMAX_ZERO_POINT, TANH_SCALE, TANH_ZERO_POINT,
+                      QParams, choose_qparams, symmetric_scales)
+from .recurrent import LstmStateStatistic, cell_qparams, plan_lstm
 
 FUSABLE_ACTIVATIONS = ("Relu", "Clip")
-SAME_PARAMS_OPS = ("GlobalAveragePool", "AveragePool", "MaxPool", "Flatten", "Reshape", "Identity")
-CALIBRATED_OPS = ("Conv", "Gemm", "MatMul", "Relu", "Clip", "Add", "Sub", "Mul")
+SAME_PARAMS_OPS = ("GlobalAveragePool", "AveragePool", "MaxPool", "Flatten", "Reshape", "Identity", "Transpose",
+                   "Squeeze", "Unsqueeze")
+CALIBRATED_OPS = ("Conv", "Gemm", "MatMul", "Relu", "Clip", "Add", "Sub", "Mul", "Concat")
 WEIGHTED_OPS = ("Conv", "Gemm", "MatMul")
+#: NNAPI's fixed output parameters (scale, {scheme: zero point}): SOFTMAX, LOGISTIC, TANH
+FIXED_OUTPUT_OPS = {"Softmax": (SOFTMAX_SCALE, SOFTMAX_ZERO_POINT), "Sigmoid": (SOFTMAX_SCALE, SOFTMAX_ZERO_POINT),
+                    "Tanh": (TANH_SCALE, TANH_ZERO_POINT)}
+SUPPORTED_OPS = CALIBRATED_OPS + SAME_PARAMS_OPS + tuple(FIXED_OUTPUT_OPS) + ("LSTM",)
 
 
 @dataclass
 class ActivationPlan:
-    """How each activation tensor is quantized: ("calibrated",), ("same", other) or ("fixed", s, zp).
+    """How each activation tensor is quantized.
 
-    `order` lists the quantized tensors in graph order; `fused` the convolution outputs left float
-    because their activation is quantized instead.
+    specs: ("calibrated",) (its own range), ("calibrated", key) (the range `key`, e.g. an LSTM's
+    hidden state over every step), ("same", other), ("fixed", scale, zero point) or ("cell", key)
+    (an LSTM cell state: int16, power-of-two scale). `order` lists the quantized tensors in graph
+    order; `fused` the convolution outputs left float because their activation is quantized
+    instead; `shared` maps calibrated tensors to the group whose joint range they all take (a
+    Concat's output and its inputs' sources); `derived` the calibration statistics computed from
+    tensors rather than read (recurrent.LstmStateStatistic).
     """
 
     specs: dict[str, tuple]
     fused: set[str]
     order: list[str]
+    shared: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    derived: list = field(default_factory=list)
 
     def calibrated(self) -> list[str]:
-        """The tensors whose parameters come from their calibrated range."""
-        return [t for t, spec in self.specs.items() if spec[0] == "calibrated"]
+        """The tensors whose own range is calibrated (read from the graph)."""
+        return [t for t, spec in self.specs.items() if spec == ("calibrated",)]
+
+
+def _share_concat_params(concats: list, specs: Mapping[str, tuple]) -> dict[str, tuple[str, ...]]:
+    """Groups each Concat's output with the calibrated sources of its inputs (through "same" chains).
+
+    NNAPI's quantized CONCATENATION requantizes inputs whose parameters differ from the output's;
+    with one joint range for all of them the concatenation is exact (one rounding, at the sources).
+    Inputs whose source has fixed or derived parameters keep their own (the importer accepts them).
+    """
+    parent: dict[str, str] = {}
+
+    def find(t: str) -> str:
+        while parent.get(t, t) != t:
+            t = parent[t]
+        return t
+
+    for node in concats:
+        members = [node.output[0]]
+        for t in node.input:
+            while t in specs and specs[t][0] == "same":
+                t = specs[t][1]
+            if specs.get(t) == ("calibrated",):
+                members.append(t)
+        for t in members:
+            parent.setdefault(t, t)
+            parent[find(t)] = find(members[0])
+    groups: dict[str, list[str]] = {}
+    for t in parent:
+        groups.setdefault(find(t), []).append(t)
+    return {t: tuple(g) for g in groups.values() if len(g) > 1 for t in g}
 
 
 def plan_activations(model, scheme: str, input_params: tuple[float, int] | None) -> ActivationPlan:
@@ -45,6 +90,8 @@ def plan_activations(model, scheme: str, input_params: tuple[float, int] | None)
     inputs = graph_input_names(graph)
     nodes = compute_nodes(graph)
     outputs = {o.name for o in graph.output}
+    left_float = float_tensors(graph)
+    initializers = {t.name for t in graph.initializer}
     consumers: dict[str, list] = {}
     for node in nodes:
         for t in node.input:
@@ -56,12 +103,25 @@ def plan_activations(model, scheme: str, input_params: tuple[float, int] | None)
         specs[name] = ("fixed",) + input_params if input_params is not None else ("calibrated",)
         order.append(name)
     fused: set[str] = set()
+    concats: list = []
+    derived: list = []
     for node in nodes:
         op = node.op_type
-        if op not in CALIBRATED_OPS and op not in SAME_PARAMS_OPS and op != "Softmax":
-            raise NotImplementedError(
-                f"cannot quantize {op} ({node.name!r}); supported: "
-                f"{', '.join(CALIBRATED_OPS + SAME_PARAMS_OPS + ('Softmax',))}")
+        if any(t in left_float for t in node.output):
+            continue  # a custom operator or after one: stays float
+        if op not in SUPPORTED_OPS:
+            raise NotImplementedError(f"cannot quantize {op} ({node.name!r}); supported: {', '.join(SUPPORTED_OPS)}")
+        if op == "Concat" and any(t in constants and t not in initializers for t in node.input):
+            raise NotImplementedError(f"Concat {node.name!r}: constant inputs must be initializers")
+        if op == "LSTM":
+            lstm = plan_lstm(node, graph, scheme, set(consumers) | outputs)
+            for t in lstm.hidden_outputs:
+                specs[t] = ("calibrated", lstm.hidden_key)
+                order.append(t)
+            specs[lstm.cell_output] = ("cell", lstm.cell_key)
+            order.append(lstm.cell_output)
+            derived.append(LstmStateStatistic(lstm, graph))
+            continue
         out = node.output[0]
         if op in WEIGHTED_OPS:
             users = consumers.get(out, [])
@@ -69,14 +129,24 @@ def plan_activations(model, scheme: str, input_params: tuple[float, int] | None)
                     and all(not t or t in constants for t in users[0].input[1:])):
                 fused.add(out)
                 continue
-        if op == "Softmax":
-            specs[out] = ("fixed", SOFTMAX_SCALE, SOFTMAX_ZERO_POINT[scheme])
+        if op in FIXED_OUTPUT_OPS:
+            scale, zero_points = FIXED_OUTPUT_OPS[op]
+            specs[out] = ("fixed", scale, zero_points[scheme])
         elif op in SAME_PARAMS_OPS:
             specs[out] = ("same", node.input[0])
         else:
             specs[out] = ("calibrated",)
+            if op == "Concat":
+                concats.append(node)
         order.append(out)
-    return ActivationPlan(specs, fused, order)
+    return ActivationPlan(specs, fused, order, _share_concat_params(concats, specs), derived)
+
+
+def _calibrated_range(plan: ActivationPlan, name: str, key: str,
+                      ranges: Mapping[str, tuple[float, float]]) -> tuple[float, float]:
+    """A tensor's range: its own (or `key`'s), or the joint range of its Concat group."""
+    members = plan.shared.get(name, (key,))
+    return min(ranges[m][0] for m in members), max(ranges[m][1] for m in members)
 
 
 def activation_params(plan: ActivationPlan, ranges: Mapping[str, tuple[float, float]],
@@ -93,8 +163,10 @@ def activation_params(plan: ActivationPlan, ranges: Mapping[str, tuple[float, fl
             if src not in params:
                 raise ValueError(f"{name!r} must share the parameters of {src!r}, which is not quantized")
             params[name] = params[src]
+        elif spec[0] == "cell":
+            params[name] = cell_qparams(*ranges[spec[1]])
         else:
-            lo, hi = ranges[name]
+            lo, hi = _calibrated_range(plan, name, spec[1] if len(spec) > 1 else name, ranges)
             scale, zp = choose_qparams(lo, hi, act_dtype)
             params[name] = QParams.per_tensor(scale, zp, act_dtype)
     return params

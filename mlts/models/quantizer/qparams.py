@@ -13,7 +13,9 @@ ACTIVATION_DTYPES = {"uint8": np.uint8, "int8": np.int8}
 INPUT_SCALE = np.float32(1.0 / 127.5)
 INPUT_ZERO_POINT = {"uint8": 128, "int8": 0}
 SOFTMAX_SCALE = np.float32(1.0 / 256.0)
-SOFTMAX_ZERO_POINT = {"uint8": 0, "int8": -128}
+SOFTMAX_ZERO_POINT = {"uint8": 0, "int8": -128}  # SOFTMAX's and LOGISTIC's (Sigmoid) output
+TANH_SCALE = np.float32(1.0 / 128.0)
+TANH_ZERO_POINT = {"uint8": 128, "int8": 0}
 INT32 = np.iinfo(np.int32)
 
 

@@ -5,8 +5,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .calibration import batches
+from .calibration import BatchRunner, batches
 from .evaluator import Evaluator
+from .graph import input_ranks
 from .qparams import QParams, dequantize_array, quantize_array
 
 
@@ -40,9 +41,10 @@ def output_qparams(quant_model, name: str | None = None) -> QParams:
 
 
 def _run_all(model, inputs: Sequence[np.ndarray], runner: str) -> np.ndarray:
-    if runner == "numpy":
+    if runner == "numpy":  # graphs that fix their batch size run one sample at a time
         ev = Evaluator(model)
-        return np.concatenate([ev.run(b)[ev.output_names[0]] for b in inputs])
+        batch_runner = BatchRunner(ev, ev.output_names[:1])
+        return np.concatenate([v[ev.output_names[0]] for b in inputs for v in batch_runner.run(b)])
     if runner == "onnxruntime":
         import onnxruntime as ort  # test-only dependency
         opts = ort.SessionOptions()
@@ -59,7 +61,8 @@ def quantization_report(float_model, quant_model, inputs: Iterable[np.ndarray] |
     """Compares a quantized model with its float model on the same inputs.
 
     inputs: NHWC uint8 images (preprocessed for each model with mlts.datasets.preprocess), or
-    float inputs of the float model (quantized with the quantized model's input parameters).
+    float inputs of the float model (batches, or single samples of one less dimension than the
+    model's input), quantized with the quantized model's input parameters.
     runner: "numpy" (onnx.reference with the quantizer's Conv, for both) or "onnxruntime" (a
     test-only dependency). Returns top-1 agreement, the output error in quantization steps of the
     output (max, mean), the max absolute error, and with labels each model's top-1 accuracy.
@@ -68,6 +71,7 @@ def quantization_report(float_model, quant_model, inputs: Iterable[np.ndarray] |
 
     qin = input_qparams(quant_model)
     qout = output_qparams(quant_model)
+    sample_rank = (input_ranks(quant_model.graph).get(quant_model.graph.input[0].name) or 4) - 1
     arrays = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
     float_batches, quant_batches = [], []
     for arr in arrays:
@@ -77,10 +81,10 @@ def quantization_report(float_model, quant_model, inputs: Iterable[np.ndarray] |
             quant_batches.append(to_quant_input(arr, float(qin.scale), int(qin.zero_point), qin.dtype))
         else:
             f = np.asarray(arr, np.float32)
-            f = f[None] if f.ndim == 3 else f
+            f = f[None] if f.ndim == sample_rank else f
             float_batches.append(f)
             quant_batches.append(quantize_array(f, qin.scale, qin.zero_point, qin.dtype))
-    float_batches = list(batches(float_batches, batch_size))
+    float_batches = list(batches(float_batches, batch_size, sample_rank))
     quant_batches = [np.concatenate(quant_batches)[i:i + batch_size]
                      for i in range(0, sum(b.shape[0] for b in quant_batches), batch_size)]
     y_float = _run_all(float_model, float_batches, "numpy")

@@ -3,7 +3,11 @@
 Graph inputs become quantized tensors of the same name, dequantized for their consumers; every
 quantized activation is followed by QuantizeLinear -> DequantizeLinear (graph outputs end at the
 QuantizeLinear, under their own names); weights and biases become quantized initializers read
-through DequantizeLinear.
+through DequantizeLinear, and so do a Concat's constant inputs (with the output's parameters).
+Float nodes (custom operators and what follows them) read their quantized inputs through
+DequantizeLinear and keep their outputs. LSTM nodes follow recurrent.py: per-gate weights, and
+an int16 QuantizeLinear records the cell state's scale on Y_c (read by nothing unless the graph
+reads Y_c).
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import numpy as np
 from .graph import attributes, compute_nodes, graph_input_names
 from .parameters import WEIGHTED_OPS, WeightPolicy, bias_params
 from .qparams import QParams, quantize_array
+from .recurrent import cell_output_name, lstm_inputs, lstm_outputs
 
 
 class _QdqGraphBuilder:
@@ -100,53 +105,74 @@ def _weighted_inputs(builder: _QdqGraphBuilder, node, inputs: list[str], params:
     return inputs
 
 
-def _value_info(vi, elem_type: int | None):
-    """A graph input/output's value info, retyped to `elem_type` when it is quantized."""
+def _concat_inputs(builder: _QdqGraphBuilder, node, inputs: list[str], params: dict[str, QParams]) -> list[str]:
+    """A quantized Concat's constant inputs as quantized initializers with the output's parameters."""
+    from onnx import numpy_helper
+    qp = params[node.output[0]]
+    inputs = list(inputs)
+    for i, name in enumerate(node.input):
+        if name in builder.initializers:
+            value = numpy_helper.to_array(builder.initializers[name]).astype(np.float32)
+            inputs[i] = builder.constant(quantize_array(value, qp.scale, qp.zero_point, qp.dtype),
+                                         f"{name}_{node.output[0]}", qp)
+    return inputs
+
+
+def _value_info(vi, qp: QParams | None):
+    """A graph input/output's value info, retyped to `qp`'s type when it is quantized."""
     from onnx import helper
-    if elem_type is None:
+    if qp is None:
         return vi
     dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
-    return helper.make_tensor_value_info(vi.name, elem_type, dims)
+    return helper.make_tensor_value_info(vi.name, helper.np_dtype_to_tensor_dtype(qp.dtype), dims)
 
 
-def rewrite_graph(graph, params: dict[str, QParams], policy: WeightPolicy, elem_type: int):
-    """The QDQ graph of float `graph` with activation `params`; quantized inputs/outputs get `elem_type`."""
+def rewrite_graph(graph, params: dict[str, QParams], policy: WeightPolicy):
+    """The QDQ graph of float `graph` with activation `params` (quantized inputs/outputs take their types)."""
     from onnx import helper
     builder = _QdqGraphBuilder(graph)
     graph_outputs = {o.name for o in graph.output}
     rename: dict[str, str] = {}
     for name in graph_input_names(graph):
-        builder.dequantize(name, f"{name}_dequantized", name, params[name])
-        rename[name] = f"{name}_dequantized"
+        if name in params:
+            builder.dequantize(name, f"{name}_dequantized", name, params[name])
+            rename[name] = f"{name}_dequantized"
 
     nodes = compute_nodes(graph)
     builder.nodes.extend(n for n in graph.node if n.op_type == "Constant")
     consumed = {t for n in nodes for t in n.input}
     for node in nodes:
         inputs = [rename.get(t, t) for t in node.input]
+        outputs = list(node.output)
         if node.op_type in WEIGHTED_OPS and len(node.input) > 1 and node.input[1] in builder.initializers:
             inputs = _weighted_inputs(builder, node, inputs, params, policy)
-        outputs = list(node.output)
-        out = node.output[0]
-        if out in params and out in graph_outputs:  # the output itself becomes the quantized tensor
-            outputs[0] = f"{out}_float"
+        elif node.op_type == "LSTM" and cell_output_name(node) in params:
+            inputs = lstm_inputs(builder, node, inputs, params)
+            outputs = lstm_outputs(node)
+        elif node.op_type == "Concat" and node.output[0] in params:
+            inputs = _concat_inputs(builder, node, inputs, params)
+        quantized = [t for t in outputs if t and t in params]
+        for i, t in enumerate(outputs):
+            if t in quantized and t in graph_outputs:  # the output itself becomes the quantized tensor
+                outputs[i] = f"{t}_float"
         new_node = helper.make_node(node.op_type, inputs, outputs, name=node.name, domain=node.domain or None)
         new_node.attribute.extend(node.attribute)
         builder.nodes.append(new_node)
-        if out not in params:
-            continue
-        qp = params[out]
-        if out in graph_outputs:
-            builder.quantize(f"{out}_float", out, out, qp)
-            if out in consumed:
-                builder.dequantize(out, f"{out}_dequantized", out, qp)
-        else:
-            builder.quantize(out, f"{out}_quantized", out, qp)
-            builder.dequantize(f"{out}_quantized", f"{out}_dequantized", out, qp)
-        rename[out] = f"{out}_dequantized"
+        for t in quantized:
+            qp = params[t]
+            if t in graph_outputs:
+                builder.quantize(f"{t}_float", t, t, qp)
+                if t in consumed:
+                    builder.dequantize(t, f"{t}_dequantized", t, qp)
+            elif node.op_type == "LSTM" and t not in consumed:  # Y_c: it records the cell state's scale
+                builder.quantize(t, f"{t}_quantized", t, qp)
+                continue
+            else:
+                builder.quantize(t, f"{t}_quantized", t, qp)
+                builder.dequantize(f"{t}_quantized", f"{t}_dequantized", t, qp)
+            rename[t] = f"{t}_dequantized"
 
-    inputs_vi = [_value_info(i, elem_type if i.name in params else None)
-                 for i in graph.input if i.name not in builder.initializers]
-    outputs_vi = [_value_info(o, elem_type if o.name in params else None) for o in graph.output]
+    inputs_vi = [_value_info(i, params.get(i.name)) for i in graph.input if i.name not in builder.initializers]
+    outputs_vi = [_value_info(o, params.get(o.name)) for o in graph.output]
     return helper.make_graph(builder.nodes, f"{graph.name}_{policy.scheme}", inputs_vi, outputs_vi,
                              builder.referenced_initializers())
