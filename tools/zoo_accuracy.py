@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mlts.datasets.preprocess import INPUT_ZERO_POINT, to_float_input, to_quant_input  # noqa: E402
 from mlts.datasets.shapes import ShapesDataset  # noqa: E402
+from mlts.models.architectures import IMAGE_CLASSIFICATION  # noqa: E402
 from mlts.models.zoo_registry import onnx_path, zoo  # noqa: E402
 
 
@@ -84,7 +85,8 @@ def main() -> int:
         figures = {}
         print("| model | images | max difference | top-1 agreement | within 3 steps |\n|---|---|---|---|---|")
         for entry in zoo():
-            if entry.available and (not args.models or entry.base_name in args.models):
+            chosen = not args.models or entry.base_name in args.models
+            if entry.task == IMAGE_CLASSIFICATION and entry.available and chosen:
                 figures[entry.name] = a = agreement(entry, args.agreement)
                 unit = " steps" if entry.quantization else ""
                 within = f"{100 * a['within_3_steps']:.0f}%" if entry.quantization else "-"
@@ -95,7 +97,7 @@ def main() -> int:
         return 0
     rows, figures = [], {}
     for entry in zoo():
-        if entry.quantization is not None or not entry.available:
+        if entry.quantization is not None or not entry.available or entry.task != IMAGE_CLASSIFICATION:
             continue
         if args.models and entry.base_name not in args.models:
             continue

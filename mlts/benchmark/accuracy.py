@@ -233,18 +233,25 @@ class AccuracyAccumulator:
 #: within QUANT_TOLERANCE_PER_OP given the reference's inputs).
 QUANTIZED_TOP1_AGREEMENT = 0.99
 QUANTIZED_VERDICT_RULE = ("every operation within one quantization step given nnapi-reference's inputs, and top-1 "
-                          f"agreement with nnapi-reference >= {QUANTIZED_TOP1_AGREEMENT:.0%}; the whole-model "
-                          "difference is a figure, not judged")
+                          f"(detectors: detection) agreement with nnapi-reference >= {QUANTIZED_TOP1_AGREEMENT:.0%}; "
+                          "the whole-model difference is a figure, not judged")
 
 
-def apply_quantized_verdict(result: dict, per_operation: dict) -> None:
-    """Judge a quantized model's `result` (AccuracyAccumulator.result()) by NNAPI's per-operation rule: a driver
+def apply_quantized_verdict(result: dict, per_operation: dict, *, agreement_key: str = "top1_agreement") -> None:
+    """Judge a quantized model's `result` (a task scorer's result()) by NNAPI's per-operation rule: a driver
     that rounds differently once per operation drifts by several steps over a whole network and still
-    passes; one that gets an operation wrong fails, naming it (op_diff.per_operation_verdict)."""
-    agreement = result.get("top1_agreement")
+    passes; one that gets an operation wrong fails, naming it (op_diff.per_operation_verdict). The
+    whole-model check is the task's agreement with the reference (`agreement_key`: top-1 for classifiers,
+    matched detections for detectors), at least QUANTIZED_TOP1_AGREEMENT."""
+    agreement = result.get(agreement_key)
     agrees = agreement is None or agreement >= QUANTIZED_TOP1_AGREEMENT
-    result["whole_model"] = {"max_steps": result.get("max_abs_error"),
-                             "elements_over_3_steps": result.get("cts_violations")}
+    if agreement_key == "top1_agreement":
+        result["whole_model"] = {"max_steps": result.get("max_abs_error"),
+                                 "elements_over_3_steps": result.get("cts_violations")}
+    else:  # a detector's outputs are float (its postprocessing is): the images outside the detection rule
+        result["whole_model"] = {"images_outside_rule": result.get("cts_violations"),
+                                 "rule": (result.get("cts_tolerance") or {}).get("rule"),
+                                 "reason": result.pop("verdict_reason", None)}
     result["per_operation"] = per_operation
     result["verdict_rule"] = QUANTIZED_VERDICT_RULE
     result["cts_tolerance"] = {**Tolerance("quantized", max_diff=QUANT_TOLERANCE_PER_OP).to_dict(),
@@ -257,6 +264,7 @@ def apply_quantized_verdict(result: dict, per_operation: dict) -> None:
         reasons.append(f"operation {bad['index']} {bad['operation']} ({bad['origin']}) is off by {bad['difference']}"
                        if bad else f"operations failed: {'; '.join(per_operation['operations_failed'])}")
     if not agrees:
-        reasons.append(f"top-1 agreement {agreement:.1%} < {QUANTIZED_TOP1_AGREEMENT:.0%}")
+        what = "top-1 agreement" if agreement_key == "top1_agreement" else agreement_key.replace("_", " ")
+        reasons.append(f"{what} {agreement:.1%} < {QUANTIZED_TOP1_AGREEMENT:.0%}")
     if reasons:
         result["verdict_reason"] = "; ".join(reasons)

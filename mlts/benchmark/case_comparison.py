@@ -15,7 +15,9 @@ from .condition_warnings import condition_warnings
 from .decision import FAIL, PASS, WARN, Decision, Side, as_samples, decide, split_repetitions
 from .thresholds import Thresholds, spread_ms
 
-ACCURACY_METRICS = ("top1_accuracy", "top5_accuracy", "top1_agreement", "top5_agreement")
+#: classifiers' figures, then detectors' (detection_metrics): mAP@0.5 and matched detections, in percentage points
+ACCURACY_METRICS = ("top1_accuracy", "top5_accuracy", "top1_agreement", "top5_agreement", "map50",
+                    "detection_agreement")
 _EPS = 1e-9  # "more than a threshold": a value equal to it up to float rounding is not more
 
 

@@ -44,13 +44,17 @@ def md_escape(text: object) -> str:
     return re.sub(r"[&<>]", lambda m: _MD_HTML[m.group()], s)
 
 
+#: the quality figure a row shows, first found: (record field, what follows the numbers)
+_QUALITY = (("top1_accuracy", ""), ("map50", " (mAP@0.5)"), ("top1_agreement", " (agreement)"),
+            ("detection_agreement", " (detection agreement)"))
+
+
 def _top1(r: Row) -> str:
-    for name in ("top1_accuracy", "top1_agreement"):
+    for name, suffix in _QUALITY:
         a = r.accuracy.get(name)
         if a and (a["baseline"] is not None or a["current"] is not None):
             b, c = a["baseline"], a["current"]
-            text = f"{'-' if b is None else f'{100 * b:.1f}'} → {'-' if c is None else f'{100 * c:.1f}'}"
-            return text + (" (agreement)" if name == "top1_agreement" else "")
+            return f"{'-' if b is None else f'{100 * b:.1f}'} → {'-' if c is None else f'{100 * c:.1f}'}" + suffix
     return "-"
 
 

@@ -1,5 +1,6 @@
-"""What every benchmark case feeds and calls: the held-out images as a model's inputs, one inference in the
-case's mode, digests that identify inputs and files in a record, and a stage that calls no driver."""
+"""What every benchmark case feeds and calls: images as an image model's inputs, one inference in the case's mode,
+digests that identify inputs and files in a record, and a stage that calls no driver. (Which held-out samples a
+model gets, and how they are scored, is tasks.py's.)"""
 from __future__ import annotations
 
 import hashlib
@@ -11,10 +12,6 @@ import numpy as np
 from mlts.runtime import Burst, Compilation, Execution, MltsError, OperandCode, ResultCode
 
 from .stage_timeout import Watchdog
-
-HELDOUT_SPLIT = "heldout"
-#: The held-out image whose input every timed inference uses.
-TIMING_IMAGE_INDEX = 0
 
 
 def _bad(message: str) -> MltsError:
@@ -46,26 +43,6 @@ def stage(stage: str, fn: Callable[[], Any]) -> Any:
     return Watchdog(None).run(stage, lambda _tick: fn())
 
 
-class HeldOutImages:
-    """The first N held-out images per resolution, rendered once for every model of that size."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-    def get(self, resolution: int) -> tuple[np.ndarray, np.ndarray]:
-        """(images NxHxWx3 uint8, labels N); image TIMING_IMAGE_INDEX is rendered even when N is 0."""
-        if resolution not in self._cache:
-            from mlts.datasets.shapes import ShapesDataset
-
-            ds = ShapesDataset(HELDOUT_SPLIT, resolution)
-            n = max(self.count, TIMING_IMAGE_INDEX + 1)
-            items = [ds[i] for i in range(n)]
-            self._cache[resolution] = (np.stack([im for im, _ in items]),
-                                       np.array([lb for _, lb in items], np.int64))
-        return self._cache[resolution]
-
-
 def model_inputs(imported: Any, images: np.ndarray) -> list[np.ndarray]:
     """Each image as the model's input 0: float NCHW in [-1, 1], or quantized with the input operand's
     own scale and zero point."""
@@ -82,8 +59,8 @@ def model_inputs(imported: Any, images: np.ndarray) -> list[np.ndarray]:
 
 
 class Inference:
-    """One inference per call in the case's mode, outputs into one preallocated buffer; returns the
-    Execution so timings are read off the timed path.
+    """One inference per call in the case's mode, each output into its preallocated buffer (where its shape is
+    known before running); returns the Execution so timings are read off the timed path.
 
     One reusable Execution serves the calls (NNAPI's setReusable, feature level 5), as a client that
     runs a model repeatedly does: while the input is the same array as last time (the timed runs feed
@@ -101,8 +78,10 @@ class Inference:
         single = compilation.is_single_explicit_device
         self.timeout_ns = int(timeout_s * 1e9) if (timeout_s and single) else None
         model = compilation.model
-        t = model.inferred_operand_type(model.outputs[0])
-        self.out = np.empty(t.dimensions, t.dtype) if t.is_tensor and t.is_fully_specified else None
+        self.outs: list[np.ndarray | None] = []
+        for index in model.outputs:
+            t = model.inferred_operand_type(index)
+            self.outs.append(np.empty(t.dimensions, t.dtype) if t.is_tensor and t.is_fully_specified else None)
         self.burst = Burst(compilation) if mode == "burst" else None
         self._execution: Execution | None = None
         self._bound: np.ndarray | None = None  # the input array the execution is bound to
@@ -113,8 +92,9 @@ class Inference:
         if ex is None or self._in_call:
             ex = self._execution = Execution(self.compilation)
             ex.set_reusable(True)
-            if self.out is not None:
-                ex.set_output(0, self.out)
+            for k, out in enumerate(self.outs):
+                if out is not None:
+                    ex.set_output(k, out)
             if self.measure_timing:
                 ex.set_measure_timing(True)
             if self.timeout_ns is not None:
@@ -142,8 +122,9 @@ class Inference:
             self._in_call = False
         return ex
 
-    def output(self, ex: Execution) -> np.ndarray:
-        return self.out.copy() if self.out is not None else np.array(ex.get_output(0))
+    def outputs(self, ex: Execution) -> list[np.ndarray]:
+        """Every output of the call that returned `ex`, copied."""
+        return [out.copy() if out is not None else np.array(ex.get_output(k)) for k, out in enumerate(self.outs)]
 
     def close(self) -> None:
         if self._execution is not None and not self._in_call:

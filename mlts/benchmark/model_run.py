@@ -19,12 +19,11 @@ from mlts.runtime import Compilation, Execution, Preference
 from mlts.runtime.app.compilation_cache import cache_files_needed, cache_size_bytes
 from mlts.runtime.drivers.reference import REFERENCE_DEVICE_NAME
 
-from .accuracy import AccuracyAccumulator, apply_quantized_verdict
+from .accuracy import apply_quantized_verdict
 from .case_info import driver_times, partition_info
 from .compile_timing import FirstCompilations, compile_steady
 from .conditions import CaseWindow, busy_note
-from .inference import (HELDOUT_SPLIT, TIMING_IMAGE_INDEX, HeldOutImages, Inference, digest, file_digest, model_inputs,
-                        stage)
+from .inference import Inference, digest, file_digest, stage
 from .op_diff import per_operation_verdict
 from .op_profile import PROFILE_RUNS, profile_case
 from .progress import Progress, RssSampler, RunSummary
@@ -35,6 +34,7 @@ from .run_config import BenchmarkConfig
 from .stage_timeout import (CaseError as _CaseError, StageTimeout, Tick, error_text as _error_text,
                             inference_waiting_on, runs_waiting_on)
 from .stats import Measurement, RunLengthRules, measure
+from .tasks import HELDOUT_SPLIT, TIMING_INDEX, HeldOutSamples, Task, task_of
 from .threads import PinnedWatchdog, ThreadPinning
 
 
@@ -57,7 +57,7 @@ class RunHost(Protocol):
 
     config: BenchmarkConfig
     run_dir: Path
-    images: HeldOutImages
+    images: HeldOutSamples
     preference: Preference
     #: status of each case an earlier run of this directory wrote, by case key
     previous_status: dict[tuple, str | None]
@@ -85,10 +85,11 @@ class ModelRun:
         self.imported = None
         self.model_info: dict = {}
         self.seeds: dict = {}
+        self.task: Task | None = None
         self.inputs: list[np.ndarray] = []
         self.timing_input: np.ndarray | None = None
-        self.labels: np.ndarray | None = None
-        self._reference: np.ndarray | None = None
+        self.truths: list = []  # per accuracy input: its label (classifiers) or (boxes, classes) (detectors)
+        self._reference: list[np.ndarray] | None = None  # per model output: every accuracy input's, stacked
         self._reference_error: str | None = None
         self._op_verdicts: dict[tuple, dict] = {}  # device names -> op_diff.per_operation_verdict (mode-free)
 
@@ -118,8 +119,11 @@ class ModelRun:
             acc = rec.accuracy or {}
             if acc.get("top1_accuracy") is not None:
                 outcome += f", top-1 {acc['top1_accuracy']:.0%}"
-            if acc.get("top1_agreement") is not None:
-                outcome += f", agrees with reference {acc['top1_agreement']:.0%}"
+            if acc.get("map50") is not None:
+                outcome += f", mAP@0.5 {acc['map50']:.3f}"
+            agreement = acc.get(self.task.agreement_key if self.task else "top1_agreement")
+            if agreement is not None:
+                outcome += f", agrees with reference {agreement:.0%}"
                 outcome += ", CTS pass" if acc.get("cts_pass") else ", CTS FAIL"
                 if acc.get("verdict_reason") and not acc.get("cts_pass"):
                     outcome += f" ({acc['verdict_reason']})"
@@ -174,28 +178,30 @@ class ModelRun:
         from mlts.models.zoo_registry import get_entry, load, onnx_path
 
         entry = get_entry(self.name)
+        self.task = task = task_of(entry.task)
         t = time.perf_counter()
         self.imported = stage("loading the model", lambda: load(self.name))
         load_s = time.perf_counter() - t
         model = self.imported.model
         in_t = model.operand_type(model.inputs[0])
         out_t = model.inferred_operand_type(model.outputs[0])
-        images, labels = stage("rendering the held-out images", lambda: self.runner.images.get(entry.resolution))
-        all_inputs = stage("preprocessing the images", lambda: model_inputs(self.imported, images))
-        self.timing_input = all_inputs[TIMING_IMAGE_INDEX]
+        samples, truths = stage(f"rendering the held-out {task.sample_word}s",
+                                lambda: self.runner.images.get(task, entry.resolution))
+        all_inputs = stage(f"preprocessing the {task.sample_word}s", lambda: task.model_inputs(self.imported, samples))
+        self.timing_input = all_inputs[TIMING_INDEX]
         self.inputs = all_inputs[:self.cfg.images]
-        self.labels = labels[:self.cfg.images]
+        self.truths = truths[:self.cfg.images]
         self.model_info = {
-            "family": entry.family, "width": entry.alpha, "resolution": entry.resolution,
+            "task": entry.task, "family": entry.family, "width": entry.alpha, "resolution": entry.resolution,
             "quantization": entry.quantization or "float32", "parameters": entry.parameters, "macs": entry.macs,
             "operations": model.operation_count, "input": in_t.describe(), "output": out_t.describe(),
             "relaxed": bool(model.relaxed), "onnx_sha256": file_digest(onnx_path(self.name)),
             "weights_sha256": file_digest(entry.weights_path), "load_s": load_s,
         }
         self.seeds = {
-            "dataset": f"shapes/{HELDOUT_SPLIT}", "images": [0, len(self.inputs)],
-            "image_seed": f"sha256('mlts-shapes/{HELDOUT_SPLIT}/<index>/')",
-            "timing_image": TIMING_IMAGE_INDEX, "timing_input_sha256": digest([self.timing_input]),
+            "dataset": f"{task.dataset}/{HELDOUT_SPLIT}", "images": [0, len(self.inputs)],
+            "image_seed": task.seed_text(),
+            "timing_image": TIMING_INDEX, "timing_input_sha256": digest([self.timing_input]),
             "accuracy_inputs_sha256": digest(self.inputs) if self.inputs else None,
         }
         if entry.quantization is not None:
@@ -204,7 +210,7 @@ class ModelRun:
             self.seeds["calibration"] = {"split": "calibration", "images": zoo_module.CALIBRATION_IMAGES}
 
     # -- reference outputs --
-    def reference_outputs(self) -> np.ndarray | None:
+    def reference_outputs(self) -> list[np.ndarray] | None:
         """nnapi-reference's outputs on the accuracy images: computed once, kept in the run directory.
         A failure leaves accuracy scored against the labels only; a timeout (StageTimeout) also fails
         the case that was waiting for them, and later cases of the model do not wait again."""
@@ -217,7 +223,7 @@ class ModelRun:
             return self._reference
         from mlts.runtime import get_device
 
-        def compute(tick: Tick) -> np.ndarray:
+        def compute(tick: Tick) -> list[np.ndarray]:
             c = Compilation.for_devices(self.imported.model, [get_device(REFERENCE_DEVICE_NAME)])
             c.set_preference(self.runner.preference)
             c.finish()
@@ -226,15 +232,15 @@ class ModelRun:
             infer = Inference(c, "sync", False)
             outputs = []
             for x in self.inputs:
-                outputs.append(infer.output(infer(x)))
+                outputs.append(infer.outputs(infer(x)))
                 tick()
-            return np.stack(outputs)
+            return [np.stack(per_output) for per_output in zip(*outputs)]
 
         try:
             self._reference = self.watchdog.run(
                 "computing nnapi-reference's outputs for accuracy", compute,
                 waiting_on=lambda units, _s: "the compilation" if units == 0
-                else f"image {units} of {len(self.inputs)}")
+                else f"{self.task.sample_word} {units} of {len(self.inputs)}")
         except StageTimeout as e:
             self._reference_error = f"reference outputs: {e}"
             raise
@@ -364,7 +370,8 @@ class ModelRun:
             reference = self.reference_outputs() if self.inputs else None
             rec.accuracy = guard.run("scoring accuracy",
                                      lambda tick: self._accuracy(infer, devices, mode, reference, tick), devices,
-                                     waiting_on=inference_waiting_on(len(self.inputs), "image"), nnapi_deadline=single)
+                                     waiting_on=inference_waiting_on(len(self.inputs), self.task.sample_word),
+                                     nnapi_deadline=single)
             guard.run("profiling the operations", partial(profile_case, rec, compilation, [self.timing_input]),
                       devices, waiting_on=inference_waiting_on(PROFILE_RUNS, "profiled run"))
             if cfg.repeat > 1:  # the other slices come in later passes over every case (BenchmarkRunner.run)
@@ -439,25 +446,26 @@ class ModelRun:
             if rec.status != "error":
                 rec.status, rec.message = "error", str(e)
 
-    def _accuracy(self, infer: Inference, devices: list, mode: str, reference: np.ndarray | None,
+    def _accuracy(self, infer: Inference, devices: list, mode: str, reference: list[np.ndarray] | None,
                   tick: Tick) -> dict | None:
         if not self.inputs:
             return None
         shared = (len(devices) == 1 and devices[0].name == REFERENCE_DEVICE_NAME and mode == "sync"
                   and reference is not None)
-        acc = AccuracyAccumulator(relaxed=bool(self.imported.model.relaxed))
+        scorer = self.task.scorer(bool(self.imported.model.relaxed))
         for i, x in enumerate(self.inputs):
-            out = reference[i] if shared else infer.output(infer(x))
+            expected = None if reference is None else [r[i] for r in reference]
+            outputs = expected if shared else infer.outputs(infer(x))
             tick()
-            acc.add(out, None if reference is None else reference[i], self.labels[i:i + 1])
-        result = acc.result()
+            scorer.add(outputs, expected, self.truths[i])
+        result = scorer.result()
         result["images"] = len(self.inputs)
-        if reference is not None and not shared and acc.tolerance is not None and acc.tolerance.kind == "quantized":
+        if reference is not None and not shared and self.model_info.get("quantization") != "float32":
             key = tuple(d.name for d in devices)
             if key not in self._op_verdicts:
                 self._op_verdicts[key] = per_operation_verdict(self.imported.model, devices, self.inputs[:1],
                                                                self.imported.origin, tick)
-            apply_quantized_verdict(result, self._op_verdicts[key])
+            apply_quantized_verdict(result, self._op_verdicts[key], agreement_key=self.task.agreement_key)
         if shared:
             result["outputs"] = "the reference outputs themselves (nnapi-reference, sync, same compilation options)"
         if self._reference_error:

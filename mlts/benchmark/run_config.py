@@ -14,9 +14,12 @@ from .record_schema import MODES
 from .stats import DEFAULT, QUICK, RunLengthRules
 from .threads import DEFAULT_THREADS, parse_threads
 
-#: The default run: the MobileNets at their default size (width 1.0, 224x224), float and uint8.
+#: The default run: the MobileNets at their default size (width 1.0, 224x224), float and uint8, and MLTS's other
+#: workloads: the LSTM sequence classifier (float, int8) and the SSD-lite detector (float, uint8).
 DEFAULT_MODELS = ("mobilenet_v1_1.0_224", "mobilenet_v1_1.0_224_quant",
-                  "mobilenet_v2_1.0_224", "mobilenet_v2_1.0_224_quant")
+                  "mobilenet_v2_1.0_224", "mobilenet_v2_1.0_224_quant",
+                  "lstm_commands", "lstm_commands_quant_int8",
+                  "ssdlite_mobilenet_v2_0.5_160", "ssdlite_mobilenet_v2_0.5_160_quant")
 #: `--quick`: the smallest v1 and v2, float and uint8.
 QUICK_MODELS = ("mobilenet_v1_0.25_128", "mobilenet_v1_0.25_128_quant",
                 "mobilenet_v2_0.35_128", "mobilenet_v2_0.35_128_quant")

@@ -23,7 +23,7 @@ from typing import Any, Sequence, TextIO
 from ..fileio import WriteError, atomic_write, write_error
 from ..signals import signal_name
 from .compile_timing import FirstCompilations
-from .inference import HeldOutImages
+from .tasks import HeldOutSamples
 from .model_run import ModelRun, PendingCase
 from .progress import Progress, RssSampler, RunSummary
 from .record_schema import case_key, to_jsonable, utc_now
@@ -45,7 +45,7 @@ class BenchmarkRunner:
         self.run_dir = Path(run_dir)
         self.stream = stream
         self.retry_errors = retry_errors
-        self.images = HeldOutImages(config.images)
+        self.images = HeldOutSamples(config.images)
         self.preference = parse_preference(config.preference)
         self.previous_status: dict[tuple, str | None] = {}
         self.pinning: ThreadPinning | None = None
@@ -95,7 +95,7 @@ class BenchmarkRunner:
             if entry.available:
                 available.append(name)
             else:
-                why = f"no trained weights ({entry.weights_path.name} is missing; run tools/train_zoo.py)"
+                why = f"no trained weights ({entry.weights_path.name} is missing; run {entry.architecture.trainer})"
                 summary.skipped_models[name] = why
         summary.cases = len(available) * len(cfg.drivers) * len(cfg.modes)
         progress = Progress(summary.cases, self.stream)

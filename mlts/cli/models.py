@@ -22,15 +22,16 @@ def run(args: argparse.Namespace) -> int:
     """Print one row per zoo model (a table, or JSON)."""
     from mlts.models.zoo_registry import zoo
 
-    rows = [{"name": e.name, "family": e.family, "width": e.alpha, "resolution": e.resolution,
-             "quantization": e.quantization or "float32", "parameters": e.parameters, "macs": e.macs,
-             "trained_weights": e.available} for e in zoo()]
+    entries = zoo()
+    rows = [{"name": e.name, "task": e.task, "family": e.family, "width": e.alpha, "resolution": e.resolution,
+             "input": list(e.input_shape), "quantization": e.quantization or "float32", "parameters": e.parameters,
+             "macs": e.macs, "trained_weights": e.available} for e in entries]
     if args.json:
         json.dump(rows, sys.stdout, indent=2)
         print()
         return 0
-    print(f"{'name':<34} {'type':<8} {'params':>9} {'MACs':>8}  weights")
-    for r in rows:
-        print(f"{r['name']:<34} {r['quantization']:<8} {r['parameters'] / 1e6:>8.2f}M {r['macs'] / 1e6:>7.1f}M  "
-              f"{'trained' if r['trained_weights'] else 'missing (run tools/train_zoo.py)'}")
+    print(f"{'name':<40} {'task':<24} {'type':<8} {'params':>9} {'MACs':>8}  weights")
+    for e, r in zip(entries, rows):
+        print(f"{r['name']:<40} {r['task']:<24} {r['quantization']:<8} {r['parameters'] / 1e6:>8.2f}M "
+              f"{r['macs'] / 1e6:>7.1f}M  {'trained' if r['trained_weights'] else f'missing (run {e.architecture.trainer})'}")
     return 0

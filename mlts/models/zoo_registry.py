@@ -1,8 +1,9 @@
-"""The bundled model zoo: MobileNet v1/v2 at the MLTS sizes, float and 8-bit quantized.
+"""The bundled model zoo: MobileNet v1/v2 at the MLTS sizes, an LSTM command classifier and an SSD-lite
+detector (architectures.py), float and 8-bit quantized.
 
 Float models are built from the trained weights shipped in `mlts/models/weights/` (float16 storage);
 quantized ones are produced by the project's own post-training quantizer, calibrated on the
-calibration split of the bundled image set, the first time they are needed, and cached (under
+calibration split of the model's own data set, the first time they are needed, and cached (under
 $MLTS_CACHE or ~/.cache/mlts). Nothing is downloaded.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from ..fileio import atomic_write
 from ..runtime import MltsError, ResultCode
-from .mobilenet import ZOO_CONFIGS, build_onnx, macs, model_name, weight_shapes
+from .architectures import Architecture, architecture, architectures
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 CALIBRATION_IMAGES = 200
@@ -29,14 +30,23 @@ BUILD_VERSION = "1"
 @dataclass(frozen=True)
 class ZooEntry:
     name: str
-    family: str  # "v1" | "v2"
-    alpha: float
-    resolution: int
+    family: str  # an architectures.py family: "v1" | "v2" (MobileNets) | "lstm" | "ssdlite"
+    alpha: float | None  # width multiplier (None: the architecture has one size)
+    resolution: int | None  # input image side (None: not an image model)
     quantization: str | None  # None (float32) | "uint8" | "int8" (per-channel weights)
 
     @property
+    def architecture(self) -> Architecture:
+        return architecture(self.family)
+
+    @property
+    def task(self) -> str:
+        """What the model is scored on: architectures.IMAGE_CLASSIFICATION, SEQUENCE_CLASSIFICATION or DETECTION."""
+        return self.architecture.task
+
+    @property
     def base_name(self) -> str:
-        return model_name(self.family, self.alpha, self.resolution)
+        return self.architecture.base_name(self.alpha, self.resolution)
 
     @property
     def weights_path(self) -> Path:
@@ -48,21 +58,21 @@ class ZooEntry:
 
     @property
     def macs(self) -> int:
-        return macs(self.family, self.alpha, self.resolution)
+        return self.architecture.macs(self.alpha, self.resolution)
 
     @property
     def parameters(self) -> int:
-        return sum(int(np.prod(s)) for s in weight_shapes(self.family, self.alpha).values())
+        return self.architecture.parameters(self.alpha)
 
     @property
-    def input_shape(self) -> tuple[int, int, int, int]:
-        return (1, 3, self.resolution, self.resolution)
+    def input_shape(self) -> tuple[int, ...]:
+        return self.architecture.input_shape(self.alpha, self.resolution)
 
 
 def zoo() -> list[ZooEntry]:
-    """Every bundled model: float, uint8 and int8 variants of each MLTS size."""
-    return [ZooEntry(model_name(f, a, r) + QUANT_SUFFIX[q], f, a, r, q)
-            for f, a, r in ZOO_CONFIGS for q in (None, "uint8", "int8")]
+    """Every bundled model: each architecture's sizes in each of its variants (float, uint8, int8)."""
+    return [ZooEntry(arch.base_name(a, r) + QUANT_SUFFIX[q], arch.family, a, r, q)
+            for arch in architectures().values() for a, r in arch.configs for q in arch.quantizations]
 
 
 def get_entry(name: str) -> ZooEntry:
@@ -79,7 +89,7 @@ def cache_dir() -> Path:
 def load_weights(entry: ZooEntry) -> dict[str, np.ndarray]:
     if not entry.available:
         raise MltsError(ResultCode.BAD_DATA, f"{entry.name}: trained weights {entry.weights_path} are missing "
-                                             "(run tools/train_zoo.py)")
+                                             f"(run {entry.architecture.trainer})")
     with np.load(entry.weights_path) as data:
         return {k: data[k].astype(np.float32) for k in data.files}
 
@@ -101,15 +111,13 @@ def onnx_path(name: str) -> Path:
 
 
 def _build(entry: ZooEntry):
-    float_model = build_onnx(entry.family, entry.alpha, entry.resolution, load_weights(entry), name=entry.name)
+    arch = entry.architecture
+    float_model = arch.build_onnx(entry.alpha, entry.resolution, load_weights(entry), name=entry.name)
     if entry.quantization is None:
         return float_model
-    from ..datasets.preprocess import to_float_input
-    from ..datasets.shapes import ShapesDataset
     from .quantizer import quantize_model
 
-    calib = ShapesDataset("calibration", entry.resolution, CALIBRATION_IMAGES)
-    inputs = (to_float_input(images) for images, _ in calib.batches(1))
+    inputs = arch.calibration_inputs(entry.alpha, entry.resolution, CALIBRATION_IMAGES)
     return quantize_model(float_model, inputs, scheme=entry.quantization)
 
 

@@ -27,7 +27,8 @@ def baseline_view(comparison: Comparison, sources: list[str]) -> BaselineView:
     """The comparison's rows as table text; `sources` names the baseline's runs, shown in the section."""
     rows = []
     for r in comparison.rows:
-        top1 = r.accuracy.get("top1_accuracy") or r.accuracy.get("top1_agreement") or {}
+        top1 = next((r.accuracy[k] for k in ("top1_accuracy", "map50", "top1_agreement", "detection_agreement")
+                     if r.accuracy.get(k)), {})
         delta_points = top1.get("delta_points") if isinstance(top1, dict) else None
         rows.append({
             "verdict": r.verdict, "model": r.model, "driver": r.driver, "mode": r.mode, "preference": r.preference,

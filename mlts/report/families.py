@@ -13,6 +13,13 @@ from .rows import Row, mode_order
 from .svg import percentile_svg
 
 OTHER_MODELS = "Other models"
+#: zoo families (architectures.py) by their report title
+FAMILY_TITLES = {"lstm": "LSTM sequence classifier", "ssdlite": "SSD-lite detector"}
+#: the quality column's header and hover text for each task (architectures.py); classification otherwise
+QUALITY_HEADERS = {"detection": ("mAP@0.5 %", "mean average precision at IoU 0.5 against the boxes of the data set",
+                                 "images whose detections agree with the reference's (matched at IoU 0.5)")}
+CLASSIFICATION_HEADERS = ("Top-1 %", "top-1 accuracy against the labels", "samples whose top-1 class agrees with "
+                          "the reference's")
 _MOBILENET = re.compile(r"mobilenet[_-]?(v\d)", re.IGNORECASE)
 
 
@@ -22,7 +29,7 @@ def family_of(record: dict) -> tuple[str, bool]:
     name = str(record.get("model", ""))
     fam = str(info.get("family") or "")
     m = _MOBILENET.search(fam) or _MOBILENET.search(name)
-    family = f"MobileNet {m.group(1).lower()}" if m else (fam or OTHER_MODELS)
+    family = f"MobileNet {m.group(1).lower()}" if m else FAMILY_TITLES.get(fam, fam or OTHER_MODELS)
     if "quantization" in info:
         q = info.get("quantization")
         quantized = bool(q) and str(q).lower() not in ("none", "float32", "float", "float16")
@@ -49,6 +56,13 @@ class Family:
     @property
     def title(self) -> str:
         return f"{self.name} · {'quantized' if self.quantized else 'float'}"
+
+    @property
+    def headers(self) -> tuple[str, str, str]:
+        """(quality column header, its hover text, the agreement column's hover text), by the family's task."""
+        tasks = {as_dict(r.record.get("model_info")).get("task") for g in self.models for r in g.rows}
+        task = next(iter(tasks)) if len(tasks) == 1 else None
+        return QUALITY_HEADERS.get(task, CLASSIFICATION_HEADERS)
 
 
 def group_families(rows: list[Row], machine_order: list[tuple]) -> list[Family]:

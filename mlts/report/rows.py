@@ -52,8 +52,8 @@ class Row:
     mean: float | None
     count: int | None
     compile_ms: float | None
-    top1: float | None
-    agreement: float | None
+    top1: float | None  # quality_of: top-1 accuracy, or mAP@0.5 for a detector
+    agreement: float | None  # agreement_of
     max_abs_error: float | None
     cts_pass: bool | None
     cts_violations: int | None
@@ -116,6 +116,18 @@ def mode_order(mode: str) -> int:
     return MODES.index(mode) if mode in MODES else len(MODES)
 
 
+def quality_of(accuracy: dict) -> float | None:
+    """The model's score against its data set's truth: top-1 accuracy (classifiers) or mAP@0.5 (detectors)."""
+    top1 = number(accuracy.get("top1_accuracy"))
+    return top1 if top1 is not None else number(accuracy.get("map50"))
+
+
+def agreement_of(accuracy: dict) -> float | None:
+    """How often the driver agrees with the reference: top-1 class, or detections matched (detectors)."""
+    top1 = number(accuracy.get("top1_agreement"))
+    return top1 if top1 is not None else number(accuracy.get("detection_agreement"))
+
+
 def read_row(record: dict, machine: Machine, lane: str, reference: str) -> Row:
     """A benchmark record as a row, without its difference from the reference (see benchmark_rows)."""
     lat = as_dict(record.get("latency"))
@@ -133,7 +145,7 @@ def read_row(record: dict, machine: Machine, lane: str, reference: str) -> Row:
               p99=number(lat.get("p99_ms")), mean=number(lat.get("mean_ms")),
               count=int(count) if count is not None and 0 <= count < 1e15 else None,
               compile_ms=number(comp.get("without_cache")),
-              top1=number(acc.get("top1_accuracy")), agreement=number(acc.get("top1_agreement")),
+              top1=quality_of(acc), agreement=agreement_of(acc),
               max_abs_error=number(acc.get("max_abs_error")), cts_pass=cts if isinstance(cts, bool) else None,
               cts_violations=int(viol) if viol is not None and 0 <= viol < 1e15 else None)
     bad = as_dict(as_dict(acc.get("per_operation")).get("first_out_of_tolerance"))

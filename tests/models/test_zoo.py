@@ -19,7 +19,10 @@ def test_zoo_lists_every_mlts_size_in_three_variants():
     for base in ("mobilenet_v1_1.0_224", "mobilenet_v1_0.75_192", "mobilenet_v1_0.5_160", "mobilenet_v1_0.25_128",
                  "mobilenet_v2_1.0_224", "mobilenet_v2_0.75_192", "mobilenet_v2_0.5_160", "mobilenet_v2_0.35_128"):
         assert {base, base + "_quant", base + "_quant_int8"} <= names
-    assert len(names) == 24
+    # and the MLTS-style workloads beyond the MobileNets: the LSTM (float, int8: QUANTIZED_LSTM is signed) and SSD-lite
+    assert {"lstm_commands", "lstm_commands_quant_int8", "ssdlite_mobilenet_v2_0.5_160",
+            "ssdlite_mobilenet_v2_0.5_160_quant", "ssdlite_mobilenet_v2_0.5_160_quant_int8"} <= names
+    assert len(names) == 24 + 5
     with pytest.raises(MltsError) as info:
         get_entry("resnet50")
     assert info.value.code == ResultCode.BAD_DATA

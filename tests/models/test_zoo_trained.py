@@ -37,6 +37,8 @@ QUANT_AGREEMENT = 0.97  # measured 98-100% (the issue asks 99%: see the module d
 FLOAT_TOLERANCE = 1e-4
 QUANT_STEPS = 3
 WITHIN_STEPS_SHARE = 0.80  # measured 84-99% of images within 3 steps
+#: the image classifiers (the LSTM and the detector have their own tests: test_speech_lstm.py, test_ssdlite.py)
+MOBILENETS = [e for e in zoo() if e.family in ("v1", "v2")]
 
 
 def _input(images: np.ndarray, quantization: str | None) -> np.ndarray:
@@ -55,7 +57,7 @@ def _peer(name: str, quantized: bool):
 
 
 def test_every_model_has_fp16_weights_within_25_mb():
-    bases = {e.base_name for e in zoo()}
+    bases = {e.base_name for e in MOBILENETS}
     assert len(bases) == 8
     total = 0
     for base in sorted(bases):
@@ -72,7 +74,7 @@ def test_every_model_has_fp16_weights_within_25_mb():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [e.base_name for e in zoo() if e.quantization is None])
+@pytest.mark.parametrize("name", [e.base_name for e in MOBILENETS if e.quantization is None])
 def test_float_models_are_trained(name):
     """Held-out top-1 on 200 images through onnxruntime: far above chance (10%) and below perfect."""
     entry = get_entry(name)
@@ -85,7 +87,7 @@ def test_float_models_are_trained(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [e.name for e in zoo()])
+@pytest.mark.parametrize("name", [e.name for e in MOBILENETS])
 def test_reference_matches_onnxruntime_on_heldout_images(name):
     entry = get_entry(name)
     imported = load(name)

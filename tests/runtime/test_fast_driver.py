@@ -665,6 +665,8 @@ def zoo_with_stable_weights(tmp_path_factory):
         mp.setattr(zoo_module, "CALIBRATION_IMAGES", 24)
         mp.setenv("MLTS_CACHE", str(tmp / "cache"))
         for entry in zoo_module.zoo():
+            if entry.family not in ("v1", "v2"):  # the MobileNets' stand-in weights; other workloads have their own tests
+                continue
             path = wdir / f"{entry.base_name}.npz"
             if not path.exists():
                 x = to_float_input(_images(entry.resolution, 16))
@@ -693,7 +695,7 @@ def _return_freed_memory() -> None:
 def _zoo_names():
     from mlts.models.zoo_registry import zoo
 
-    return [e.name for e in zoo()]
+    return [e.name for e in zoo() if e.family in ("v1", "v2")]
 
 
 @pytest.mark.slow

@@ -8,8 +8,9 @@ import importlib
 
 from .base import OpConverter, get_converter, register, registered_op_types
 
-_MODULES = ("activations", "concat_pad", "conv", "conv_transpose", "einsum", "elementwise", "gemm", "matmul", "misc",
-            "normalization", "pooling", "reductions", "resize", "shape_ops", "slicing", "softmax", "unary", "variadic")
+_MODULES = ("activations", "concat_pad", "conv", "conv_transpose", "detection", "einsum", "elementwise", "gemm", "matmul",
+            "misc", "normalization", "pooling", "recurrent", "reductions", "resize", "shape_ops", "slicing", "softmax",
+            "unary", "variadic")
 for _name in _MODULES:
     importlib.import_module(f"{__name__}.{_name}")
 
