@@ -13,6 +13,7 @@ bits (Qk) means raw / 2**(bits - 1 - k); plain additions wrap like the C integer
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -138,9 +139,38 @@ def one_minus_x_over_one_plus_x_for_x_in_0_1(a, bits: int = 16) -> np.ndarray:
     return rescale(wrap(x - one(2, bits), bits), 2, 0, bits)
 
 
+@functools.lru_cache(maxsize=None)
+def _int16_table(function: str, integer_bits: int) -> np.ndarray:
+    """`function` (logistic or tanh) of every int16 raw value, computed by the function itself: a lookup in it is
+    the same arithmetic, without evaluating gemmlowp's polynomial and Newton steps on each gate vector again."""
+    compute = {"logistic": _logistic, "tanh": _tanh}[function]
+    table = compute(np.arange(INT16_MIN, INT16_MAX + 1, dtype=np.int64), integer_bits, 16)
+    table.flags.writeable = False
+    return table
+
+
+def _looked_up(function: str, a: np.ndarray, integer_bits: int, bits: int) -> np.ndarray | None:
+    """The int16 table's values for `a`, or None when the raw width is not 16 or `a` leaves int16's range."""
+    if bits != 16 or a.size == 0 or a.min() < INT16_MIN or a.max() > INT16_MAX:
+        return None
+    return _int16_table(function, integer_bits)[a - INT16_MIN]
+
+
 def logistic(a, integer_bits: int, bits: int = 16) -> np.ndarray:
     """1 / (1 + exp(-a)) for a in Q{integer_bits}; Q0."""
     a = np.asarray(a, dtype=np.int64)
+    found = _looked_up("logistic", a, integer_bits, bits)
+    return found if found is not None else _logistic(a, integer_bits, bits)
+
+
+def tanh(a, integer_bits: int, bits: int = 16) -> np.ndarray:
+    """tanh(a) for a in Q{integer_bits}; Q0."""
+    a = np.asarray(a, dtype=np.int64)
+    found = _looked_up("tanh", a, integer_bits, bits)
+    return found if found is not None else _tanh(a, integer_bits, bits)
+
+
+def _logistic(a: np.ndarray, integer_bits: int, bits: int) -> np.ndarray:
     positive = a > 0
     abs_a = np.where(positive, a, wrap(-a, bits))
     if_positive = one_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(wrap(-abs_a, bits), integer_bits, bits),
@@ -149,9 +179,7 @@ def logistic(a, integer_bits: int, bits: int = 16) -> np.ndarray:
     return np.where(a == 0, constant(1 << 30, bits), result)
 
 
-def tanh(a, integer_bits: int, bits: int = 16) -> np.ndarray:
-    """tanh(a) for a in Q{integer_bits}; Q0."""
-    a = np.asarray(a, dtype=np.int64)
+def _tanh(a: np.ndarray, integer_bits: int, bits: int) -> np.ndarray:
     negative = a < 0
     n = np.where(negative, a, wrap(-a, bits))  # -|a|; exp(2n) by reading n with one more integer bit
     t = one_minus_x_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(n, integer_bits + 1, bits), bits)
