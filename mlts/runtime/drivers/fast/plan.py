@@ -46,6 +46,8 @@ class Plan:
             self._add_operation(j)
         self.inputs = list(sg.input_indexes)
         self.outputs = list(sg.output_indexes)
+        for index in self.inputs + self.outputs:  # a model input no operation reads still gets its buffer
+            self._value(index)
         self._elide_transposes()
         self._decide_storage()
         self._decide_padding()
