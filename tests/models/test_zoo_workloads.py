@@ -9,6 +9,7 @@ import onnx
 import pytest
 
 from mlts.benchmark.detection_metrics import DetectionAccuracy
+from mlts.datasets.commands import CommandsDataset
 from mlts.datasets.preprocess import to_float_input
 from mlts.datasets.shapes_detection import ShapesDetectionDataset
 from mlts.models import ssdlite
@@ -20,6 +21,12 @@ from test_ssdlite import assert_detections_match, reference_postprocess
 ort = pytest.importorskip("onnxruntime")
 
 DETECTOR = ssdlite.MODEL_NAME
+SEQUENCES = 100
+#: the issue's held-out target for the LSTM (measured: 97.8% on all 1500, float; int8 the same within 1 point)
+LSTM_ACCURACY = (0.90, 0.995)
+#: int8 LSTM on nnapi-reference (40 QUANTIZED_LSTM steps: int8 hidden state, int16 cell and gates) against
+#: onnxruntime's float LSTM between the same Q/DQ parameters: the argmax agrees on (measured) 100 of 100 sequences
+LSTM_QUANT_AGREEMENT = 0.97
 DETECTION_IMAGES = 40
 MAP_TARGET = 0.7  # the issue's; measured 0.946 float, 0.934 uint8 on the 500 held-out images
 #: quantized detector on nnapi-reference against onnxruntime's run of the same QDQ network (+ the numpy
@@ -86,3 +93,36 @@ def test_detector_float_input_is_the_mobilenets_preprocessing():
     image = ShapesDetectionDataset("heldout", ssdlite.RESOLUTION, 1)[0][0]
     imported = load(DETECTOR)
     np.testing.assert_array_equal(_detector_inputs(imported, image), to_float_input(image))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["lstm_commands", "lstm_commands_quant_int8"])
+def test_lstm_matches_onnxruntime_and_reaches_its_accuracy(name):
+    imported = load(name)
+    codes = [code for code, _, _ in imported.model.operations()]
+    quantized = name.endswith("_int8")
+    if quantized:  # NNAPI's integer LSTM, one step per frame, and no float LSTM left
+        assert codes.count(OperationCode.QUANTIZED_LSTM) == 40 and OperationCode.UNIDIRECTIONAL_SEQUENCE_LSTM not in codes
+        assert OperationCode.DEQUANTIZE not in codes and OperationCode.QUANTIZE not in codes
+    else:
+        assert codes.count(OperationCode.UNIDIRECTIONAL_SEQUENCE_LSTM) == 1
+    peer = _session(onnx.load(str(onnx_path(name))))
+    from mlts.benchmark.tasks import TASKS
+
+    features, labels = next(CommandsDataset("heldout", SEQUENCES).batches(SEQUENCES))
+    inputs = TASKS["sequence-classification"].model_inputs(imported, list(features))
+    input_name, output_name = peer.get_inputs()[0].name, peer.get_outputs()[0].name
+    hits = agree = 0
+    worst = 0.0
+    for x, label in zip(inputs, labels):
+        ours = imported.run({input_name: x}, devices=["nnapi-reference"])[output_name]
+        (theirs,) = peer.run(None, {input_name: x})
+        assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+        worst = max(worst, float(np.abs(ours.astype(np.float64) - theirs.astype(np.float64)).max()))
+        agree += int(np.argmax(ours) == np.argmax(theirs))
+        hits += int(np.argmax(ours) == label)
+    if quantized:
+        assert agree >= LSTM_QUANT_AGREEMENT * SEQUENCES, (agree, worst)
+    else:
+        assert agree == SEQUENCES and worst <= 1e-4 * max(1.0, float(np.abs(theirs).max())), worst
+    assert LSTM_ACCURACY[0] <= hits / SEQUENCES <= LSTM_ACCURACY[1], hits
