@@ -350,3 +350,18 @@ def test_outputs_the_node_leaves_out_are_still_written_by_the_operation():
     assert set(got) == {"detection_scores", "detection_boxes"}
     np.testing.assert_allclose(got["detection_scores"], expected[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got["detection_boxes"], expected[1], rtol=1e-5, atol=1e-5)
+
+
+def test_onnxruntime_values_cover_what_onnxruntime_can_run():
+    """`mlts diff` against onnxruntime: the default-domain part runs there (the scores quantized and dequantized);
+    the custom node's outputs have no onnxruntime value, rather than failing the whole comparison."""
+    from mlts.models.onnx_import.onnx_values import onnxruntime_values
+
+    imported = import_onnx(_graph(PARAMS, quantized_scores=True))
+    feeds = _feeds(5)
+    values = onnxruntime_values(imported, feeds)
+    ops = imported.model.operations()
+    (quantize_out,) = ops[0][2]
+    expected = np.clip(np.rint(feeds["scores"] * 255), 0, 255).astype(np.uint8)  # scale 1/255, zero point 0
+    np.testing.assert_array_equal(values[quantize_out].reshape(expected.shape), expected)
+    assert not set(ops[2][2]) & set(values)  # DETECTION_POSTPROCESSING's outputs: nothing to compare

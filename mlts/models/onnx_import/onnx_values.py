@@ -62,12 +62,18 @@ def _typed_outputs(model: onnx.ModelProto, names: list[str], fallback: Mapping[s
 
 def onnxruntime_values(imported: ImportedModel, feeds: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
     """{operand index: onnxruntime's value of the ONNX tensor it holds, in the operand's layout}."""
+    from ..quantizer.graph import standard_part
+
     ort = _onnxruntime()
     model = onnx.ModelProto()
     model.CopyFrom(imported.onnx_model)
-    wanted = sorted({name for name, _ in imported.operand_tensors.values()}
-                    - set(imported.output_names) - set(imported.input_names))
+    # onnxruntime runs the default-domain part: the tensors of other domains' nodes (ai.mlts.DetectionPostProcess)
+    # have no value here, so the operations computing them are not judged against it
+    model = standard_part(model)
+    produced = {t for n in model.graph.node for t in n.output}
     present = {o.name for o in model.graph.output}
+    wanted = sorted(({name for name, _ in imported.operand_tensors.values()} & (produced | present))
+                    - set(imported.output_names) - set(imported.input_names))
     fallback = {name: _ELEM_TYPE_OF[code] for operand, (name, _) in imported.operand_tensors.items()
                 if (code := imported.model.operand_type(operand).code) in _ELEM_TYPE_OF}
     for vi in _typed_outputs(model, [n for n in wanted if n not in present], fallback):
