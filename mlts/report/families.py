@@ -28,8 +28,11 @@ def family_of(record: dict) -> tuple[str, bool]:
     info = as_dict(record.get("model_info"))
     name = str(record.get("model", ""))
     fam = str(info.get("family") or "")
-    m = _MOBILENET.search(fam) or _MOBILENET.search(name)
-    family = f"MobileNet {m.group(1).lower()}" if m else FAMILY_TITLES.get(fam, fam or OTHER_MODELS)
+    # the zoo's other families first: "ssdlite_mobilenet_v2_..." is a detector, not a MobileNet v2 classifier
+    known = FAMILY_TITLES.get(fam) or next((title for key, title in FAMILY_TITLES.items() if name.startswith(key)),
+                                           None)
+    m = None if known else (_MOBILENET.search(fam) or _MOBILENET.search(name))
+    family = known or (f"MobileNet {m.group(1).lower()}" if m else (fam or OTHER_MODELS))
     if "quantization" in info:
         q = info.get("quantization")
         quantized = bool(q) and str(q).lower() not in ("none", "float32", "float", "float16")

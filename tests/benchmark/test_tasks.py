@@ -117,4 +117,9 @@ def test_report_shows_map_for_detectors(make_record):
     cls = make_record(top1=0.7, agree1=0.99)
     assert quality_of(cls["accuracy"]) == 0.7 and agreement_of(cls["accuracy"]) == 0.99
     assert family_of(rec) == ("SSD-lite detector", False)
+    # by name alone too (a record without model_info): the detector's backbone name does not make it a MobileNet
+    assert family_of({"model": "ssdlite_mobilenet_v2_0.5_160_quant"}) == ("SSD-lite detector", True)
+    assert family_of({"model": "mobilenet_v2_0.5_160_quant"}) == ("MobileNet v2", True)
+    assert family_of({"model": "lstm_commands", "model_info": {"family": "lstm", "quantization": "float32"}}) == \
+        ("LSTM sequence classifier", False)
     assert QUALITY_HEADERS[DETECTION][0].startswith("mAP") and CLASSIFICATION_HEADERS[0] == "Top-1 %"

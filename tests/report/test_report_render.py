@@ -352,3 +352,23 @@ def test_stress_records_alone():
     assert summary == {"mlts-fast": "PASS", "sample-float-fast": "FAIL", "sample-quant": "FAIL"}
     assert doc.find("section", id="stress") is not None
     assert "No benchmark records" in doc.find("section", id="results").text()
+
+
+def test_a_detector_has_its_own_family_with_map_as_its_quality(tmp_path):
+    """The SSD-lite detector (its name holds "mobilenet_v2") is its own family, not MobileNet v2's, and its table
+    shows mAP@0.5 where classifiers show top-1, and detection agreement as its agreement."""
+    records = []
+    for driver, map50, agreement in ((REF, 0.946, None), ("mlts-fast", 0.931, 0.97)):
+        rec = json.loads(json.dumps(benchmark_records(drivers={driver})[0]))
+        rec.update(model="ssdlite_mobilenet_v2_0.5_160", model_info={"task": "detection", "family": "ssdlite",
+                                                                      "quantization": "float32"})
+        rec["accuracy"] = {"metric": "detection", "map50": map50, "detection_agreement": agreement,
+                           "top1_accuracy": None, "top1_agreement": None, "cts_pass": True, "cts_violations": 0}
+        records.append(rec)
+    doc = parse(render_html([write_run(tmp_path / "run", records, environment())]))
+    title = "SSD-lite detector · float"
+    header = [th.text() for th in family_table(doc, title).find_all("th")]
+    assert "mAP@0.5 %" in header and "Top-1 %" not in header
+    row = case_row(doc, title, "ssdlite_mobilenet_v2_0.5_160", "mlts-fast")
+    assert "93.1" in row.text() and "97.0" in row.text()
+    assert doc.find("table", "family", data_family="MobileNet v2 · float") is None
