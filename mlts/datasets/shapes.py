@@ -110,6 +110,18 @@ def _colour_at_contrast(rng: np.random.Generator, against: np.ndarray, distance:
     return np.clip(against + np.where(up, weights, -weights), 0, 1)
 
 
+def random_distractors(rng: np.random.Generator, background: np.ndarray, most: int = MAX_DISTRACTORS,
+                       radius: tuple[float, float] = DISTRACTOR_RADIUS) -> list[tuple]:
+    """Up to `most` small blobs and strokes: (kind, x, y, radius, angle, colour) each."""
+    distractors = []
+    for _ in range(int(rng.integers(0, most + 1))):
+        kind = int(rng.integers(2))
+        distractors.append((kind, float(rng.uniform(0, 1)), float(rng.uniform(0, 1)),
+                            float(rng.uniform(*radius)), float(rng.uniform(0, np.pi)),
+                            tuple(_contrasting_colour(rng, background, 0.3))))
+    return distractors
+
+
 def make_scene(split: str, index: int) -> Scene:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r} (expected one of {', '.join(SPLITS)})")
@@ -124,12 +136,7 @@ def make_scene(split: str, index: int) -> Scene:
     bg1 = np.clip(bg0 + rng.normal(0, 0.25, 3), 0, 1)
     fg = _colour_at_contrast(rng, (bg0 + bg1) / 2, rng.uniform(*CONTRAST_RANGE))
     texture = rng.uniform(0, 1, (int(rng.integers(3, 9)),) * 2)
-    distractors = []
-    for _ in range(int(rng.integers(0, MAX_DISTRACTORS + 1))):
-        kind = int(rng.integers(2))
-        distractors.append((kind, float(rng.uniform(0, 1)), float(rng.uniform(0, 1)),
-                            float(rng.uniform(*DISTRACTOR_RADIUS)), float(rng.uniform(0, np.pi)),
-                            tuple(_contrasting_colour(rng, bg0, 0.3))))
+    distractors = random_distractors(rng, bg0)
     occluder = None
     if rng.uniform() < OCCLUDER_PROBABILITY:
         x0, y0 = center[0] + rng.normal(0, radius), center[1] + rng.normal(0, radius)

@@ -23,8 +23,8 @@ import numpy as np
 
 from mlts.runtime import MltsError, ResultCode
 
-from .shapes import (CLASSES, SUPERSAMPLE, _colour_at_contrast, _contrasting_colour, _inside, _polygon,
-                     _upsample)
+from .shapes import (CLASSES, SUPERSAMPLE, _colour_at_contrast, _inside, _polygon,
+                     _upsample, random_distractors)
 
 SPLITS = {"train": 100000, "calibration": 300, "heldout": 500}
 
@@ -163,12 +163,7 @@ def make_scene(split: str, index: int) -> DetectionScene:
         lo, hi = points.min(axis=0) + center, points.max(axis=0) + center
         box = tuple(float(v) for v in np.clip([lo[1], lo[0], hi[1], hi[0]], 0.0, 1.0))
         objects.append(SceneObject(label, outline, center, radius, angle, aspect, colour, box))
-    distractors = []
-    for _ in range(int(rng.integers(0, MAX_DISTRACTORS + 1))):
-        kind = int(rng.integers(2))
-        distractors.append((kind, float(rng.uniform(0, 1)), float(rng.uniform(0, 1)),
-                            float(rng.uniform(*DISTRACTOR_RADIUS)), float(rng.uniform(0, np.pi)),
-                            tuple(_contrasting_colour(rng, bg0, 0.3))))
+    distractors = random_distractors(rng, bg0, MAX_DISTRACTORS, DISTRACTOR_RADIUS)
     occluder = None
     if objects and rng.uniform() < OCCLUDER_PROBABILITY:
         target = objects[int(rng.integers(len(objects)))]

@@ -8,6 +8,7 @@ speech_lstm.py, ssdlite.py), imported when first used so that listing the zoo st
 """
 from __future__ import annotations
 
+import importlib
 from typing import Iterator
 
 import numpy as np
@@ -89,69 +90,59 @@ class MobileNet(Architecture):
         return (to_float_input(images) for images, _ in ShapesDataset("calibration", resolution, count).batches(1))
 
 
-class SpeechLstm(Architecture):
+class OneSize(Architecture):
+    """A family of one model whose builder module (`module`, in mlts.models) names it (MODEL_NAME) and gives its
+    weight_shapes(), macs() and build_onnx(weights, name=...)."""
+
+    module = ""
+
+    def _builder(self):
+        return importlib.import_module(f"{__package__}.{self.module}")
+
+    def base_name(self, alpha, resolution) -> str:
+        return self._builder().MODEL_NAME
+
+    def weight_shapes(self, alpha):
+        return self._builder().weight_shapes()
+
+    def macs(self, alpha, resolution) -> int:
+        return self._builder().macs()
+
+    def build_onnx(self, alpha, resolution, weights, name: str):
+        return self._builder().build_onnx(weights, name=name)
+
+
+class SpeechLstm(OneSize):
     """The LSTM command classifier (MLTS's LSTM speech models): int8 only as a quantized variant, because
     NNAPI's QUANTIZED_LSTM is signed 8-bit."""
 
-    family, task, dataset = "lstm", SEQUENCE_CLASSIFICATION, "commands"
+    family, task, dataset, module = "lstm", SEQUENCE_CLASSIFICATION, "commands", "speech_lstm"
     trainer = "tools/train_sequence.py"
     quantizations = (None, "int8")
-
-    def base_name(self, alpha, resolution) -> str:
-        from .speech_lstm import MODEL_NAME
-        return MODEL_NAME
-
-    def weight_shapes(self, alpha):
-        from .speech_lstm import weight_shapes
-        return weight_shapes()
-
-    def macs(self, alpha, resolution) -> int:
-        from .speech_lstm import macs
-        return macs()
 
     def input_shape(self, alpha, resolution):
         from ..datasets.commands import FRAMES, MEL_BINS
         return (1, FRAMES, MEL_BINS)
-
-    def build_onnx(self, alpha, resolution, weights, name: str):
-        from .speech_lstm import build_onnx
-        return build_onnx(weights, name=name)
 
     def calibration_inputs(self, alpha, resolution, count: int):
         from ..datasets.commands import CommandsDataset
         return (features for features, _ in CommandsDataset("calibration", count).batches(1))
 
 
-class SsdLite(Architecture):
+class SsdLite(OneSize):
     """SSD-lite on a MobileNet v2 backbone, ending in DETECTION_POSTPROCESSING (float: NNAPI has no
     quantized form of it, so the quantized variants dequantize the network's outputs before it)."""
 
-    family, task, dataset = "ssdlite", DETECTION, "shapes-detection"
+    family, task, dataset, module = "ssdlite", DETECTION, "shapes-detection", "ssdlite"
     trainer = "tools/train_detector.py"
 
     @property
     def configs(self) -> tuple:
-        from .ssdlite import ALPHA, RESOLUTION
-        return ((ALPHA, RESOLUTION),)
-
-    def base_name(self, alpha, resolution) -> str:
-        from .ssdlite import MODEL_NAME
-        return MODEL_NAME
-
-    def weight_shapes(self, alpha):
-        from .ssdlite import weight_shapes
-        return weight_shapes()
-
-    def macs(self, alpha, resolution) -> int:
-        from .ssdlite import macs
-        return macs()
+        builder = self._builder()
+        return ((builder.ALPHA, builder.RESOLUTION),)
 
     def input_shape(self, alpha, resolution):
         return (1, 3, resolution, resolution)
-
-    def build_onnx(self, alpha, resolution, weights, name: str):
-        from .ssdlite import build_onnx
-        return build_onnx(weights, postprocess=True, name=name)
 
     def calibration_inputs(self, alpha, resolution, count: int):
         from ..datasets.preprocess import to_float_input

@@ -11,6 +11,8 @@ from typing import Mapping
 
 import numpy as np
 
+from .weight_check import check_weights
+
 NUM_CLASSES = 10
 ONNX_OPSET = 13
 
@@ -125,13 +127,7 @@ def build_onnx(family: str, alpha: float, resolution: int, weights: Mapping[str,
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    expected = weight_shapes(family, alpha)
-    missing = [k for k in expected if k not in weights]
-    if missing:
-        raise ValueError(f"weights lack {missing[:3]}{'...' if len(missing) > 3 else ''}")
-    for k, shape in expected.items():
-        if tuple(weights[k].shape) != shape:
-            raise ValueError(f"weight {k} has shape {tuple(weights[k].shape)}, expected {shape}")
+    check_weights(weight_shapes(family, alpha), weights, name or model_name(family, alpha, resolution))
     nodes, inits = [], []
     inits.append(numpy_helper.from_array(np.array(0.0, np.float32), "relu6_min"))
     inits.append(numpy_helper.from_array(np.array(6.0, np.float32), "relu6_max"))

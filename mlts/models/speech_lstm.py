@@ -22,6 +22,7 @@ import numpy as np
 from ..datasets.commands import CLASSES, FRAMES, MEL_BINS
 from ..runtime.enums import ResultCode
 from ..runtime.errors import MltsError
+from .weight_check import check_weights
 
 MODEL_NAME = "lstm_commands"
 HIDDEN = 64
@@ -70,14 +71,7 @@ def gates_onnx_to_torch(array: np.ndarray) -> np.ndarray:
 
 
 def _check_weights(weights: Mapping[str, np.ndarray], where: str) -> None:
-    for key, shape in weight_shapes().items():
-        if key not in weights:
-            raise MltsError(ResultCode.BAD_DATA, f"{where}: weight {key!r} is missing")
-        if tuple(np.shape(weights[key])) != shape:
-            raise MltsError(ResultCode.BAD_DATA,
-                            f"{where}: weight {key!r} has shape {tuple(np.shape(weights[key]))}, expected {shape}")
-        if not np.all(np.isfinite(np.asarray(weights[key], np.float32))):
-            raise MltsError(ResultCode.BAD_DATA, f"{where}: weight {key!r} holds non-finite values")
+    check_weights(weight_shapes(), weights, where)
 
 
 def load_weights(path: str | Path = WEIGHTS_PATH) -> dict[str, np.ndarray]:

@@ -28,6 +28,7 @@ from typing import Mapping
 import numpy as np
 
 from .mobilenet import Layer, layers
+from .weight_check import check_weights
 
 ALPHA = 0.5
 RESOLUTION = 160
@@ -219,13 +220,7 @@ def build_onnx(weights: Mapping[str, np.ndarray], *, postprocess: bool = True, n
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    expected = weight_shapes()
-    missing = [k for k in expected if k not in weights]
-    if missing:
-        raise ValueError(f"weights lack {missing[:3]}{'...' if len(missing) > 3 else ''}")
-    for k, shape in expected.items():
-        if tuple(weights[k].shape) != shape:
-            raise ValueError(f"weight {k} has shape {tuple(weights[k].shape)}, expected {shape}")
+    check_weights(weight_shapes(), weights, name or MODEL_NAME)
     params = dict(POSTPROCESS if postprocess_params is None else postprocess_params)
     if set(params) != set(POSTPROCESS):
         raise ValueError(f"postprocess parameters must be exactly {sorted(POSTPROCESS)}, got {sorted(params)}")
