@@ -60,16 +60,16 @@ def _typed_outputs(model: onnx.ModelProto, names: list[str], fallback: Mapping[s
     return out
 
 
-def onnxruntime_values(imported: ImportedModel, feeds: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
-    """{operand index: onnxruntime's value of the ONNX tensor it holds, in the operand's layout}."""
-    from ..quantizer.graph import standard_part
+#: the operator domains onnxruntime's CPU provider has kernels for
+_ONNXRUNTIME_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 
+
+def _run_every_tensor(imported: ImportedModel, onnx_model: onnx.ModelProto,
+                      feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """onnxruntime's value of every tensor of `onnx_model` an operand holds, by tensor name."""
     ort = _onnxruntime()
     model = onnx.ModelProto()
-    model.CopyFrom(imported.onnx_model)
-    # onnxruntime runs the default-domain part: the tensors of other domains' nodes (ai.mlts.DetectionPostProcess)
-    # have no value here, so the operations computing them are not judged against it
-    model = standard_part(model)
+    model.CopyFrom(onnx_model)
     produced = {t for n in model.graph.node for t in n.output}
     present = {o.name for o in model.graph.output}
     wanted = sorted(({name for name, _ in imported.operand_tensors.values()} & (produced | present))
@@ -85,10 +85,24 @@ def onnxruntime_values(imported: ImportedModel, feeds: Mapping[str, np.ndarray])
     try:
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
-        results = dict(zip(names, session.run(None, dict(feeds))))
+        return dict(zip(names, session.run(None, dict(feeds))))
     except Exception as e:  # onnxruntime's own errors: surfaced as one clean error
         raise MltsError(ResultCode.OP_FAILED, f"onnxruntime cannot run {imported.name!r}: "
                                               f"{' '.join(str(e).split())[:300]}") from None
+
+
+def onnxruntime_values(imported: ImportedModel, feeds: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
+    """{operand index: onnxruntime's value of the ONNX tensor it holds, in the operand's layout}."""
+    from ..quantizer.graph import standard_part
+
+    try:
+        results = _run_every_tensor(imported, imported.onnx_model, feeds)
+    except MltsError:
+        # nodes of domains onnxruntime has no kernels for (ai.mlts.DetectionPostProcess): it runs the
+        # default-domain part, and the operations computing the rest are not judged against it
+        if all(n.domain in _ONNXRUNTIME_DOMAINS for n in imported.onnx_model.graph.node):
+            raise
+        results = _run_every_tensor(imported, standard_part(imported.onnx_model), feeds)
     results.update({name: np.asarray(feeds[name]) for name in imported.input_names if name in feeds})
     values: dict[int, np.ndarray] = {}
     for operand, (name, perm) in imported.operand_tensors.items():
