@@ -158,18 +158,20 @@ def builtin_model(name: str, *, memory_dir: Any = None) -> StressModel:
 
 # -- the zoo ---------------------------------------------------------------------------------------
 def zoo_names(include_uncached_quantized: bool = False) -> list[str]:
-    """Zoo models with trained weights, smallest first. Quantized ones only when already built
-    (calibrating a quantized model takes far longer than any stress test)."""
+    """Zoo models with trained weights: the smallest model of each task first (an image classifier, the sequence
+    model, the detector: the tests that take a few models get different workloads, not the LSTM's two variants),
+    then the rest, smallest first. Quantized ones only when already built (calibrating a quantized model takes
+    far longer than any stress test)."""
     from ..models import zoo_registry as zoo_module
+    from ..models.architectures import IMAGE_CLASSIFICATION
 
-    out = []
-    for e in sorted(zoo_module.zoo(), key=lambda e: (e.macs, e.name)):
-        if not e.available:
-            continue
-        if e.quantization is not None and not include_uncached_quantized and not _zoo_cached(e):
-            continue
-        out.append(e.name)
-    return out
+    usable = [e for e in sorted(zoo_module.zoo(), key=lambda e: (e.macs, e.name)) if e.available
+              and (e.quantization is None or include_uncached_quantized or _zoo_cached(e))]
+    firsts: dict[str, Any] = {}
+    for e in usable:
+        firsts.setdefault(e.task, e)
+    leading = sorted(firsts.values(), key=lambda e: (e.task != IMAGE_CLASSIFICATION, e.macs))
+    return [e.name for e in leading] + [e.name for e in usable if e not in leading]
 
 
 def _zoo_cached(entry: Any) -> bool:

@@ -93,3 +93,15 @@ def test_zoo_models_are_used_when_they_have_weights(tmp_path, monkeypatch):
     test = {t.name: t for t in TESTS}["parallel_inference"]
     details = run_test_function(test, tmp_path, models=names, threads=2)
     assert details["models"] == ["mobilenet_v1_0.25_128"] and details["executions"] > 0
+
+
+def test_the_first_zoo_models_are_one_of_each_task():
+    """Tests that take a few models get an image classifier, the sequence model and the detector (each task's
+    smallest), not the two LSTM variants that are the smallest models overall."""
+    from mlts.models.zoo_registry import get_entry
+
+    names = zoo_names()
+    assert names[:3] == ["mobilenet_v1_0.25_128", "lstm_commands", "ssdlite_mobilenet_v2_0.5_160"]
+    assert [get_entry(n).task for n in names[:3]] == ["image-classification", "sequence-classification", "detection"]
+    rest = [get_entry(n).macs for n in names[3:]]
+    assert rest == sorted(rest)
