@@ -76,10 +76,11 @@ def test_every_model_has_fp16_weights_within_25_mb():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [e.base_name for e in MOBILENETS if e.quantization is None])
 def test_float_models_are_trained(name):
-    """Held-out top-1 on 200 images through onnxruntime: far above chance (10%) and below perfect."""
+    """Held-out top-1 on 100 images through onnxruntime: far above chance (10%) (measured 92-99% on these 100;
+    90.7-96.7% on all 1500: README)."""
     entry = get_entry(name)
     peer = _peer(name, False)
-    images, labels = next(ShapesDataset("heldout", entry.resolution, 200).batches(200))
+    images, labels = next(ShapesDataset("heldout", entry.resolution, 100).batches(100))
     x = _input(images, None)
     predicted = [int(np.argmax(peer.run(None, {"input": x[k:k + 1]})[0])) for k in range(len(x))]
     top1 = float(np.mean(np.array(predicted) == labels))

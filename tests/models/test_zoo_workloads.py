@@ -21,13 +21,13 @@ from test_ssdlite import assert_detections_match, reference_postprocess
 ort = pytest.importorskip("onnxruntime")
 
 DETECTOR = ssdlite.MODEL_NAME
-SEQUENCES = 100
+SEQUENCES = 60
 #: the issue's held-out target for the LSTM (measured: 97.8% on all 1500, float; int8 the same within 1 point)
 LSTM_ACCURACY = (0.90, 0.995)
 #: int8 LSTM on nnapi-reference (40 QUANTIZED_LSTM steps: int8 hidden state, int16 cell and gates) against
-#: onnxruntime's float LSTM between the same Q/DQ parameters: the argmax agrees on (measured) 100 of 100 sequences
+#: onnxruntime's float LSTM between the same Q/DQ parameters: the argmax agrees on (measured) 100 of the first 100
 LSTM_QUANT_AGREEMENT = 0.97
-DETECTION_IMAGES = 40
+DETECTION_IMAGES = 30
 MAP_TARGET = 0.7  # the issue's; measured 0.946 float, 0.934 uint8 on the 500 held-out images
 #: quantized detector on nnapi-reference against onnxruntime's run of the same QDQ network (+ the numpy
 #: postprocessing): measured 100% of detections matched on these images
