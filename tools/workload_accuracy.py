@@ -10,7 +10,6 @@ mAP@0.5 (and @0.5:0.95) for the detector on the shapes-detection held-out split.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import Counter
@@ -22,6 +21,7 @@ from mlts.benchmark.tasks import task_of  # noqa: E402
 from mlts.models.architectures import IMAGE_CLASSIFICATION  # noqa: E402
 from mlts.models.zoo_registry import load, zoo  # noqa: E402
 from mlts.runtime import Compilation, Execution, get_device  # noqa: E402
+from zoo_accuracy import finish  # noqa: E402  (tools/ is the script's own folder)
 
 SPLIT_SIZES = {"commands": 1500, "shapes-detection": 500}
 
@@ -69,11 +69,8 @@ def main() -> int:
         rows.append(f"| `{entry.name}` | {entry.quantization or 'float32'} | {f['parameters'] / 1e6:.3f} M | "
                     f"{f['weights_bytes'] / 1e6:.2f} MB | {f['macs'] / 1e6:.1f} M | {score} on {f['samples']} | {ops} |")
         print(rows[-1], flush=True)
-    print("\n| model | type | parameters | weights (fp16 npz) | MACs | held-out (nnapi-reference) | NNAPI operations |")
-    print("|---|---|---|---|---|---|---|")
-    print("\n".join(rows))
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    finish(["model", "type", "parameters", "weights (fp16 npz)", "MACs", "held-out (nnapi-reference)",
+            "NNAPI operations"], rows, figures, args.json)
     return 0
 
 

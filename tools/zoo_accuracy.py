@@ -110,12 +110,18 @@ def main() -> int:
                     f"{entry.weights_path.stat().st_size / 1e6:.2f} MB | {entry.macs / 1e6:.0f} M | "
                     f"{100 * accs[None]:.1f}% | {100 * accs['uint8']:.1f}% | {100 * accs['int8']:.1f}% |")
         print(rows[-1], flush=True)
-    print("\n| model | parameters | weights (fp16 npz) | MACs | float top-1 | uint8 top-1 | int8 top-1 |")
-    print("|---|---|---|---|---|---|---|")
-    print("\n".join(rows))
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    finish(["model", "parameters", "weights (fp16 npz)", "MACs", "float top-1", "uint8 top-1", "int8 top-1"], rows,
+           figures, args.json)
     return 0
+
+
+def finish(header: list[str], rows: list[str], figures: dict, json_path: Path | None) -> None:
+    """The whole markdown table (its rows were printed as they came), and the figures as JSON if asked."""
+    print("\n| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    print("\n".join(rows))
+    if json_path:
+        json_path.write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":
