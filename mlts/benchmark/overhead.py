@@ -4,6 +4,7 @@ path that does not depend on the machine's speed (tests/runtime/test_hot_path.py
 benchmarks/runtime_overhead.py reports it with timings against onnxruntime)."""
 from __future__ import annotations
 
+import gc
 import sys
 from typing import Callable
 
@@ -46,9 +47,13 @@ def python_calls(call: Callable[[], object], *, within: str | None = None) -> in
             count += 1
 
     previous = sys.getprofile()
+    collecting = gc.isenabled()
+    gc.disable()  # a collection would run finalizers (weakref.finalize callbacks) inside the count
     sys.setprofile(profile)
     try:
         call()
     finally:
         sys.setprofile(previous)
+        if collecting:
+            gc.enable()
     return count
