@@ -52,15 +52,15 @@ class _Classification:
 
 def quantize_input(real: np.ndarray, imported: Any) -> np.ndarray:
     """A float input as the model's input 0: as is for a float input, else quantized with the input
-    operand's own scale and zero point (q = clamp(round(real / scale) + zero_point))."""
+    operand's own scale and zero point, as ONNX's QuantizeLinear (the quantizer's quantize_array)."""
     model = imported.model
     t = model.operand_type(model.inputs[0])
     if t.code == OperandCode.TENSOR_FLOAT32:
         return np.ascontiguousarray(real, np.float32)
     if t.code in _QUANT8:
-        info = np.iinfo(t.dtype)
-        q = np.rint(np.asarray(real, np.float64) / float(t.scale)) + int(t.zero_point)
-        return np.ascontiguousarray(np.clip(q, info.min, info.max).astype(t.dtype))
+        from mlts.models.quantizer import quantize_array
+
+        return np.ascontiguousarray(quantize_array(real, t.scale, t.zero_point, t.dtype))
     raise MltsError(ResultCode.BAD_DATA, f"{imported.name}: input type {t.describe()} is not an input this "
                                          "benchmark can feed")
 
@@ -130,10 +130,7 @@ class Detection(Task):
         items = [ds[i] for i in range(max(count, TIMING_INDEX + 1))]
         return [im for im, _, _ in items], [(boxes, classes) for _, boxes, classes in items]
 
-    def model_inputs(self, imported, samples):
-        from .inference import model_inputs
-
-        return model_inputs(imported, np.stack(samples))
+    model_inputs = ImageClassification.model_inputs  # images, preprocessed as the MobileNets'
 
     def scorer(self, relaxed: bool) -> Scorer:
         from mlts.datasets.shapes_detection import CLASSES
