@@ -300,6 +300,7 @@ class DetectionAccuracy:
         self.images = 0
         self._detections: list[Detections] = []
         self._truths: list[tuple[np.ndarray, np.ndarray]] = []
+        self._reference_detections: list[Detections] = []  # where both the reference and the truth are given
         self._comparisons: list[tuple[int, ImageAgreement]] = []
 
     def add(self, outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray] | None = None,
@@ -319,6 +320,8 @@ class DetectionAccuracy:
         if gt is not None:
             self._detections.append(actual)
             self._truths.append(gt)
+            if reference is not None:
+                self._reference_detections.append(reference)
         if reference is not None:
             if self.tolerance is None:
                 self.tolerance = cts_tolerance(reference.dtype, relaxed=self.relaxed)
@@ -331,14 +334,18 @@ class DetectionAccuracy:
 
     def _ground_truth_result(self) -> dict:
         if not self._truths:
-            return {"truth_samples": 0, "map50": None, "map50_95": None, "per_class_ap": {}}
+            return {"truth_samples": 0, "map50": None, "map50_95": None, "per_class_ap": {}, "reference_map50": None}
         per_threshold = average_precisions(self._detections, self._truths, COCO_IOU_THRESHOLDS)
         at_50 = COCO_IOU_THRESHOLDS.index(MATCH_IOU)
         per_class = {c: float(aps[at_50]) for c, aps in per_threshold.items()}
         map50 = float(np.mean(list(per_class.values()))) if per_class else None
         map50_95 = float(np.mean([aps.mean() for aps in per_threshold.values()])) if per_class else None
+        reference_map50 = None
+        if self._reference_detections and len(self._reference_detections) == len(self._truths):
+            reference_map50 = mean_average_precision(self._reference_detections, self._truths)[0]
         return {"truth_samples": len(self._truths), "map50": map50, "map50_95": map50_95,
-                "per_class_ap": {self._class_key(c): ap for c, ap in per_class.items()}}
+                "per_class_ap": {self._class_key(c): ap for c, ap in per_class.items()},
+                "reference_map50": reference_map50}
 
     def _reference_result(self) -> dict:
         comparisons = [c for _, c in self._comparisons]

@@ -465,7 +465,7 @@ class ModelRun:
             if key not in self._op_verdicts:
                 self._op_verdicts[key] = per_operation_verdict(self.imported.model, devices, self.inputs[:1],
                                                                self.imported.origin, tick)
-            apply_quantized_verdict(result, self._op_verdicts[key], agreement_key=self.task.agreement_key)
+            apply_quantized_verdict(result, self._op_verdicts[key], agreement_key=self.task.quantized_key)
         if shared:
             result["outputs"] = "the reference outputs themselves (nnapi-reference, sync, same compilation options)"
         if self._reference_error:

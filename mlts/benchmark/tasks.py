@@ -72,6 +72,8 @@ class Task:
     dataset: str = ""
     #: the record's accuracy field that says how well a driver agrees with nnapi-reference
     agreement_key: str = "top1_agreement"
+    #: the field a quantized model's whole-model verdict judges (accuracy.apply_quantized_verdict)
+    quantized_key: str = "top1_agreement"
     sample_word: str = "image"
 
     def heldout(self, resolution: int | None, count: int) -> tuple[list, list]:
@@ -121,7 +123,7 @@ class SequenceClassification(Task):
 
 class Detection(Task):
     name, dataset = DETECTION, "shapes-detection"
-    agreement_key = "detection_agreement"
+    agreement_key, quantized_key = "detection_agreement", "map50"
 
     def heldout(self, resolution, count):
         from mlts.datasets.shapes_detection import ShapesDetectionDataset

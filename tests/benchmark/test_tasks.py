@@ -91,6 +91,37 @@ def test_quantized_verdict_uses_the_tasks_agreement():
     assert result["cts_pass"] is True
 
 
+@pytest.mark.parametrize("driver_map, passes", [(0.94, True), (0.93, True), (0.929, False), (0.5, False)])
+def test_a_quantized_detector_is_judged_by_its_map_against_the_references(driver_map, passes):
+    """Per-operation rule plus mAP@0.5 at most 2 points below nnapi-reference's on the same images; the
+    matched-detection share is a figure (a driver within one step per operation moves near-threshold detections)."""
+    per_op = {"pass": True, "first_out_of_tolerance": None, "operations_failed": [], "operations_out_of_tolerance": 0}
+    result = {"map50": driver_map, "reference_map50": 0.95, "detection_agreement": 0.957, "cts_violations": 3}
+    apply_quantized_verdict(result, dict(per_op), agreement_key=TASKS[DETECTION].quantized_key)
+    assert result["cts_pass"] is passes
+    if not passes:
+        assert result["verdict_reason"] == f"mAP@0.5 {driver_map:.3f} is more than 0.02 below nnapi-reference's 0.950"
+
+
+def test_the_detection_scorer_reports_the_references_map_on_the_same_images():
+    from mlts.benchmark.detection_metrics import DetectionAccuracy
+
+    def outputs(boxes, classes, scores):
+        n = 4
+        out = [np.zeros((1, n), np.float32), np.zeros((1, n, 4), np.float32), np.zeros((1, n), np.int32),
+               np.array([len(classes)], np.int32)]
+        out[0][0, :len(scores)], out[1][0, :len(boxes)], out[2][0, :len(classes)] = scores, boxes, classes
+        return out
+
+    truth = (np.array([[0.1, 0.1, 0.4, 0.4]], np.float32), np.array([2]))
+    right = outputs([[0.1, 0.1, 0.4, 0.4]], [2], [0.9])
+    wrong = outputs([[0.6, 0.6, 0.9, 0.9]], [2], [0.9])
+    scorer = DetectionAccuracy()
+    scorer.add(wrong, right, truth)  # the driver misses what the reference finds
+    result = scorer.result()
+    assert result["map50"] == 0.0 and result["reference_map50"] == 1.0
+
+
 def _detection_record(make_record, map50, agreement):
     rec = make_record(model="ssdlite_det", top1=None, top5=None, agree1=None)
     rec["accuracy"].update({"metric": "detection", "map50": map50, "detection_agreement": agreement})
