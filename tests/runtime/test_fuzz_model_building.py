@@ -326,28 +326,32 @@ COMMON = dict(deadline=None, derandomize=True, database=None, print_blob=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 
 
-@settings(max_examples=1000, **COMMON)
-@given(st.data())
-def test_random_models_only_raise_mlts_error(data: st.DataObject) -> None:
-    build_and_run(data)
-
-
-@pytest.mark.slow
-@settings(max_examples=2000, **COMMON)  # ~35 s on 2 cores: the suite keeps under 20 minutes
-@given(st.data())
-def test_random_models_only_raise_mlts_error_slow(data: st.DataObject) -> None:
-    build_and_run(data)
-
-
-def test_generator_reaches_execution() -> None:
-    """Guard against a generator that never gets past finish(): run a fixed batch and count stages."""
+def _run_counting(max_examples: int) -> dict[str, int]:
+    """Run the property over a fixed batch and count how far the examples got."""
     outcome = Outcome()
 
-    @settings(max_examples=150, **COMMON)
+    @settings(max_examples=max_examples, **COMMON)
     @given(st.data())
     def run(data: st.DataObject) -> None:
         build_and_run(data, outcome)
 
     run()
-    assert outcome.stages.get("finished", 0) >= 5, outcome.stages
-    assert outcome.stages.get("computed", 0) >= 2, outcome.stages
+    return outcome.stages
+
+
+def test_random_models_only_raise_mlts_error() -> None:
+    """The property, plus a guard against a generator that never gets past finish().
+
+    The guard counts over all 1000 examples rather than a small batch of its own: Hypothesis also draws
+    constants found in the modules loaded so far, so the mix of examples depends on what the suite
+    imported first (150 examples reached execution between 4 and 40 times). Over 1000 it was 97 to
+    141 finished, 52 to 80 computed; a broken generator reaches neither."""
+    stages = _run_counting(1000)
+    assert stages.get("finished", 0) >= 15, stages
+    assert stages.get("computed", 0) >= 5, stages
+
+
+@pytest.mark.slow
+def test_random_models_only_raise_mlts_error_slow() -> None:
+    """~35 s on 2 cores: the suite keeps under 20 minutes."""
+    _run_counting(2000)
