@@ -251,20 +251,24 @@ def test_the_reference_outputs_are_bounded_too(monkeypatch, quick_watchdog, tmp_
 
 # --- through the command line, as issue 12 reports it ----------------------------------------------
 
+#: a float and a quantized model: the second model's cases still run after the first one's hang
+HANG_MODELS = QUICK_MODELS[:2]
+
+
 @pytest.fixture(scope="module")
 def quick_models():
-    """Build the --quick models once (a fresh clone quantizes two of them, ~40 s) so the timed runs
-    below measure the hang handling, not the model cache."""
+    """Build the models once (a fresh clone quantizes one of them) so the timed runs below measure the
+    hang handling, not the model cache."""
     from mlts.models.zoo_registry import load
 
-    for name in QUICK_MODELS:
+    for name in HANG_MODELS:
         load(name)
 
 
 def _hang_run(tmp_path, *extra):
     out = tmp_path / "run"
-    cmd = [MLTS, "benchmark", "--quick", "--timeout", "5", "--driver", HANG_SPEC, "--drivers", "npu-hang",
-           "--out", str(out), *extra]
+    cmd = [MLTS, "benchmark", "--quick", "--models", ",".join(HANG_MODELS), "--timeout", "5", "--driver", HANG_SPEC,
+           "--drivers", "npu-hang", "--out", str(out), *extra]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     return proc, time.monotonic() - start, out
@@ -275,8 +279,8 @@ def _check_hang_run(proc, took, out, left_behind: str):
     assert took < 60, f"took {took:.0f} s"
     recs = read_results(out).benchmark_records()
     by = {(r["model"], r["driver"]): r for r in recs}
-    assert len(recs) == 12  # 4 models x (reference, npu-hang unsupported, npu-hang+nnapi-reference)
-    for model in QUICK_MODELS:
+    assert len(recs) == 6  # 2 models x (reference, npu-hang unsupported, npu-hang+nnapi-reference)
+    for model in HANG_MODELS:
         assert by[(model, REF)]["status"] == "ok"
         assert by[(model, "npu-hang")]["status"] == "unsupported"
         part = by[(model, f"npu-hang+{REF}")]
