@@ -282,6 +282,25 @@ def compare_detections(actual: Detections, expected: Detections, tolerance: Tole
     )
 
 
+def image_disagreement(actual: Sequence, expected: Sequence, tolerance: Tolerance | None = None) -> str | None:
+    """Why a driver's DETECTION_POSTPROCESSING outputs of one image fail the verdict's per-image rule
+    against the reference's (the CTS rule or the NMS-tolerant one, see the module doc), or None when they
+    pass. Default tolerance: the whole-model float16 rule (accuracy.cts_tolerance, relaxed)."""
+    tolerance = tolerance or cts_tolerance(np.float32, relaxed=True)
+    try:
+        reference = detections_from_outputs(expected, "reference output")
+        driver = detections_from_outputs(actual)
+    except MltsError as e:
+        return e.message
+    a = compare_detections(driver, reference, tolerance)
+    if a.passes:
+        return None
+    return (f"detections differ from nnapi-reference's beyond NMS ties: {a.matched} of {a.reference_detections} "
+            f"matched (same class, IoU >= {MATCH_IOU}), {a.extra} of {a.driver_detections} left over, "
+            f"{a.pair_violations} matched pairs with box IoU < {MATCHED_PAIR_IOU} or a score outside the tolerance "
+            f"(largest differences: score {a.max_score_diff:.3g}, box {a.max_box_diff:.3g})")
+
+
 class DetectionAccuracy:
     """Running detection accuracy over many images, like `accuracy.AccuracyAccumulator`; `add` one image at
     a time, `result()` is the record's `accuracy` field.

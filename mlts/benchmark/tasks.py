@@ -9,7 +9,7 @@ outputs on the same input and against the data set's truth).
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -86,6 +86,11 @@ class Task:
     def scorer(self, relaxed: bool) -> Scorer:
         return _Classification(relaxed)
 
+    def sample_rule(self) -> Callable[[list, list], str | None] | None:
+        """A whole-model rule for one sample's outputs against nnapi-reference's (why they fail, or None)
+        that replaces the element-wise one; None: element-wise."""
+        return None
+
     def seed_text(self) -> str:
         return f"sha256('mlts-{self.dataset}/{HELDOUT_SPLIT}/<index>/')"
 
@@ -140,6 +145,12 @@ class Detection(Task):
         from .detection_metrics import DetectionAccuracy
 
         return DetectionAccuracy(relaxed=relaxed, class_names=CLASSES)
+
+    def sample_rule(self) -> Callable[[list, list], str | None] | None:
+        """NMS is discontinuous: detections are compared as the verdict compares them, per image."""
+        from .detection_metrics import image_disagreement
+
+        return image_disagreement
 
 
 TASKS: dict[str, Task] = {t.name: t for t in (ImageClassification(), SequenceClassification(), Detection())}

@@ -230,8 +230,8 @@ class StressContext:
         return self._reference_outputs[m.name]
 
     def check(self, m: StressModel, outputs: Sequence[np.ndarray], what: str = "") -> None:
-        """FAILURE unless `outputs` match the reference's within the whole-model tolerance."""
-        why = check_outputs(list(outputs), self.reference_outputs(m), m.output_codes)
+        """FAILURE unless `outputs` match the reference's (whole-model tolerance, or the model's task rule)."""
+        why = check_outputs(list(outputs), self.reference_outputs(m), m.output_codes, sample_rule=m.sample_rule)
         if why is not None:
             self.fail(f"wrong results{' ' + what if what else ''} for {m.name} on {self.driver}: {why}")
 

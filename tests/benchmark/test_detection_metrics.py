@@ -12,7 +12,7 @@ from support.op_runner import run_op
 
 from mlts.benchmark.detection_metrics import (COCO_IOU_THRESHOLDS, DETECTION_AGREEMENT, DetectionAccuracy,
                                               average_precision, box_iou, detections_from_outputs,
-                                              mean_average_precision, truth_from_arrays)
+                                              image_disagreement, mean_average_precision, truth_from_arrays)
 from mlts.runtime import MltsError, OperandCode, OperandType, OperationCode, ResultCode
 
 N = 6  # output rows of the crafted DETECTION_POSTPROCESSING results
@@ -287,6 +287,23 @@ def test_matched_pair_below_box_iou_bound_fails():
     half = [(0.9, (0.0, 0.0, 1.0, 1.0), 0)], [(0.9, (0.0, 0.0, 1.0, 0.5), 0)]  # IoU exactly 0.5: a match
     r = agreement([half[1]], [half[0]])
     assert r["detection_agreement"] == 1.0 and r["mean_iou"] == 0.5 and r["cts_pass"] is False
+
+
+def test_one_image_rule_for_whole_models():
+    """image_disagreement (the stress suite's check of a detector's outputs) is the verdict's per-image rule,
+    under the whole-model float16 tolerance by default."""
+    assert image_disagreement(outputs(REF), outputs(REF)) is None
+    tie = [(0.8, box(0.1), 0), (0.8, box(0.5), 1)]
+    assert image_disagreement(outputs(tie[::-1]), outputs(tie)) is None  # an NMS tie resolved the other way
+    nudged = [(s + 2e-3, b, c) for s, b, c in REF]  # within 5 * 2^-10 (float16), beyond float32's 1e-5
+    assert image_disagreement(outputs(nudged), outputs(REF)) is None
+    why = image_disagreement(outputs([REF[0], REF[1], (0.7, box(0.8, 0.8), 0)]), outputs(REF))
+    assert "2 of 3 matched" in why and "1 of 3 left over" in why
+    why = image_disagreement(outputs([REF[0], REF[1], (0.7, REF[2][1], 1)]), outputs(REF))  # wrong class
+    assert "2 of 3 matched" in why
+    off = [(s - 0.05, b, c) for s, b, c in REF]
+    assert "3 matched pairs with box IoU < 0.9 or a score outside" in image_disagreement(outputs(off), outputs(REF))
+    assert "expected 4 outputs" in image_disagreement(outputs(REF)[:3], outputs(REF))  # malformed: a reason
 
 
 def test_rare_nms_differences_tolerated_up_to_one_percent():
