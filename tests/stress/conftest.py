@@ -1,5 +1,5 @@
-"""Shared pieces of the stress tests: an in-process StressContext, and a check that a test leaves no
-process of its own behind (every process a test starts carries a token in its environment)."""
+"""Shared pieces of the stress tests: a check that a test leaves no process of its own behind (every
+process a test starts carries a token in its environment). The in-process StressContext: stress_context.py."""
 from __future__ import annotations
 
 import os
@@ -10,37 +10,10 @@ import uuid
 import psutil
 import pytest
 
-from mlts.stress.context import StressContext
-from mlts.stress.drivers import Target
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))  # tests/ (for tests/models helpers)
 
 TOKEN_ENV = "MLTS_STRESS_TEST_TOKEN"
-
-
-class QuietReporter:
-    def __init__(self) -> None:
-        self.beats = 0
-
-    def beat(self, note=None) -> None:
-        self.beats += 1
-
-    def result(self, *args, **kwargs) -> None:
-        pass
-
-
-def make_context(driver: str, *, spec: str | None = None, hosting: str | None = "in-process", duration: float = 0.5,
-                 params: dict | None = None, out_dir=None, specs=None, seed: int = 0) -> StressContext:
-    """A StressContext run in this process (no watchdog), opened on `driver`."""
-    target = Target(driver, spec, hosting or "in-process")
-    if specs is None:
-        specs = [spec] if spec else []
-    job = {"test": "in-process", "target": target.to_job(), "specs": specs,
-           "hosting": hosting, "duration_s": duration, "params": params or {}, "seed": seed,
-           "out_dir": str(out_dir or "."), "work_dir": str(out_dir or ".")}
-    ctx = StressContext(job, QuietReporter())
-    ctx.open()
-    return ctx
 
 
 def tagged_processes(token: str) -> list[psutil.Process]:

@@ -14,7 +14,7 @@ from mlts.stress.graph_spec import build_model, load_spec
 from mlts.stress.graphgen.generator import GraphGenerator, single_op_spec
 from mlts.stress.random_graphs import random_graphs, run_graph, supported_pairs
 
-from conftest import make_context
+from stress_context import make_context
 
 
 def run_on_reference(spec):

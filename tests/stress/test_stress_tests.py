@@ -13,7 +13,7 @@ from mlts.stress.context import StressSkipped
 from mlts.stress.models import BUILTIN, builtin_model, check_outputs, model_names, zoo_names
 from mlts.stress.suite import FALLBACK_MODELS
 
-from conftest import make_context
+from stress_context import make_context
 
 REF = "nnapi-reference"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import make_context
+from stress_context import make_context
 from mlts.benchmark.detection_metrics import box_iou
 from mlts.datasets.commands import CommandsDataset
 from mlts.datasets.shapes_detection import ShapesDetectionDataset
