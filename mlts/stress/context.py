@@ -13,7 +13,7 @@ import numpy as np
 
 from ..runtime import Compilation, Device, Execution, MltsError, Model, get_device
 from ..runtime.app.fallbacks import fallback_mark, fallbacks_since, summarize
-from .drivers import ALL_DEVICES, REFERENCE, Target, open_target
+from .drivers import ALL_DEVICES, REFERENCE, Target, open_service_reference, open_target
 from .models import StressModel, check_outputs
 
 
@@ -80,6 +80,7 @@ class StressContext:
         self.work_dir = Path(job.get("work_dir") or self.out_dir)
         self.device: Device | None = None
         self._undo: Any = None
+        self._service_reference: tuple[Device, Any] | None = None  # opened on first use
         self._reference_outputs: dict[str, list[np.ndarray]] = {}
         self._whole: dict[int, bool] = {}                # id(model) -> the driver runs it whole
         self.coverage: dict[str, dict[str, Any]] = {}    # model name -> operations on the driver
@@ -99,12 +100,14 @@ class StressContext:
         return fn(self)
 
     def close(self) -> None:
-        undo, self._undo = self._undo, None
-        if undo is not None:
-            try:
-                undo()
-            except Exception:  # closing is best effort: the services exit with this process anyway
-                pass
+        undos = [self._service_reference[1] if self._service_reference else None, self._undo]
+        self._undo = self._service_reference = None
+        for undo in undos:
+            if undo is not None:
+                try:
+                    undo()
+                except Exception:  # closing is best effort: the services exit with this process anyway
+                    pass
 
     @property
     def all_devices(self) -> bool:
@@ -168,6 +171,18 @@ class StressContext:
         c.finish()
         if not reference:
             self._count_coverage(model, c)
+        self.beat()
+        return c
+
+    def timing_reference(self, model: Model) -> Compilation:
+        """nnapi-reference compiled to pair the driver's timings with, hosted as the driver is: for a
+        service-hosted driver, nnapi-reference in a service of its own (see open_service_reference)."""
+        if self.device is None or self.device.hosting != "service":
+            return self.compile(model, reference=True)
+        if self._service_reference is None:
+            self._service_reference = open_service_reference()
+        c = Compilation.for_devices(model, [self._service_reference[0]])
+        c.finish()
         self.beat()
         return c
 

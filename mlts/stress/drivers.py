@@ -126,6 +126,37 @@ def open_target(target: Target, specs: Sequence[str], hosting: str | None,
     return device, undo
 
 
+SERVICE_REFERENCE = f"{REFERENCE}@service"
+
+
+def service_reference_driver() -> Any:
+    """nnapi-reference's driver under the name SERVICE_REFERENCE (what open_service_reference's service
+    builds: the in-process nnapi-reference stays a device, under its own name)."""
+    from ..runtime.drivers.reference import ReferenceDriver
+
+    driver = ReferenceDriver()
+    driver.name = SERVICE_REFERENCE
+    return driver
+
+
+def open_service_reference() -> tuple[Device, Callable[[], None]]:
+    """nnapi-reference in a service of its own, to time a service-hosted driver against: disk and memory
+    pressure slow a process round trip more than a computation (a correct driver drifted +42% against the
+    in-process reference under a disk writer), so only a reference hosted the same way cancels the
+    machine's load out of the ratio. Returns the device and what closes it."""
+    from ..runtime import register_driver, unregister_driver
+    from ..runtime.service import host_driver
+
+    device = register_driver(host_driver(f"{__name__}:service_reference_driver", name=SERVICE_REFERENCE,
+                                         hosting="service"))
+
+    def undo() -> None:
+        close_devices([device])
+        unregister_driver(device.name)
+
+    return device, undo
+
+
 def close_devices(registered: Sequence[Device]) -> None:
     """Stop the services a test process started (they would exit with it anyway)."""
     from ..runtime.drivers.loading import close_driver
@@ -135,4 +166,5 @@ def close_devices(registered: Sequence[Device]) -> None:
 
 
 __all__ = ["ALL_DEVICES", "REFERENCE", "Target", "close_devices", "discover_targets", "minimal_spec",
-           "open_target", "select_targets", "service_ref"]
+           "open_service_reference", "open_target", "select_targets", "service_ref",
+           "service_reference_driver"]

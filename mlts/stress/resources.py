@@ -54,7 +54,7 @@ def sustained_inference(ctx: StressContext) -> dict[str, Any]:
         c.finish()
         ctx._count_coverage(m.model, c)
         compilations.append(c)
-        references.append(ctx.compile(m.model, reference=True))
+        references.append(ctx.timing_reference(m.model))
     paired = ctx.driver != REFERENCE
     tree = ProcessTree()  # this process and the driver services it started
     end = ctx.deadline()
