@@ -102,7 +102,7 @@ def main(argv: list[str]) -> int:
         _report(reporter, ctx, "SUCCESS", note, details)
     except StressSkipped as e:
         print(f"[stress] SKIPPED: {e.reason}", file=sys.stderr, flush=True)
-        _report(reporter, ctx, "SKIPPED", e.reason, {})
+        _report(reporter, ctx, "SKIPPED", e.reason, e.details)
     except StressFailure as e:
         print(f"[stress] FAILURE: {e.reason}", file=sys.stderr, flush=True)
         _report(reporter, ctx, "FAILURE", e.reason, e.details)

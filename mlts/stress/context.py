@@ -20,9 +20,10 @@ from .models import StressModel, check_outputs
 class StressSkipped(Exception):
     """The test cannot exercise the driver at all: its outcome is SKIPPED (never SUCCESS)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, details: dict | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.details = details or {}
 
 
 class StressFailure(Exception):
@@ -126,9 +127,9 @@ class StressContext:
     def fail(self, reason: str, **details: Any) -> NoReturn:
         raise StressFailure(reason, details)
 
-    def skip(self, reason: str) -> NoReturn:
-        """The test cannot exercise the driver: SKIPPED, with the reason."""
-        raise StressSkipped(reason)
+    def skip(self, reason: str, **details: Any) -> NoReturn:
+        """The test cannot exercise the driver: SKIPPED, with the reason (and what it found out, if anything)."""
+        raise StressSkipped(reason, details)
 
     def deadline(self, seconds: float | None = None) -> float:
         """A time.monotonic() end, `seconds` (default: the test's scaled duration) from now."""

@@ -86,7 +86,7 @@ def random_graphs(ctx: StressContext) -> dict[str, Any]:
     """Graphs until the duration is over (at least one): FAILURE at the first mismatch or error."""
     allowed = supported_pairs(ctx)
     if allowed is not None and not allowed:
-        return {"note": f"skipped: {ctx.driver} takes none of the generator's operations"}
+        ctx.skip(f"{ctx.driver} takes none of the generator's operations")
     gen = GraphGenerator(allowed)
     end = ctx.deadline()
     base = int(ctx.param("first_seed", ctx.seed * 100003))
@@ -120,6 +120,9 @@ def random_graphs(ctx: StressContext) -> dict[str, Any]:
                      f"{found.describe(spec)}; reproduce with `mlts stress --replay {small}`{whole}",
                      graph=str(path), shrunk_graph=str(small), seed=seed, graphs_run=ran,
                      shrunk_operations=found.operations)
+    if ran == 0:
+        ctx.skip(f"none of {k} random graphs ran on {ctx.driver} ({skipped} not supported as a whole or invalid)",
+                 graphs=0, skipped=skipped)
     ctx.log(f"{ran} random graphs matched nnapi-reference ({skipped} skipped: not supported as a whole)")
     return {"graphs": ran, "skipped": skipped, "pairs": None if allowed is None else len(allowed)}
 

@@ -9,7 +9,7 @@ import pytest
 
 from mlts.cli import main
 from mlts.runtime import Compilation, Execution, get_device
-from mlts.stress.context import StressFailure
+from mlts.stress.context import StressFailure, StressSkipped
 from mlts.stress.graph_spec import build_model, load_spec
 from mlts.stress.graphgen.generator import GraphGenerator, single_op_spec
 from mlts.stress.random_graphs import random_graphs, run_graph, supported_pairs
@@ -105,3 +105,22 @@ def test_a_wrong_driver_is_caught_and_its_graph_replays(tmp_path, fault, no_stra
     assert "reproduced" in capsys.readouterr().out
     # On a healthy driver the same graph passes.
     assert main(["stress", "--replay", path, "--include-reference", "--drivers", "nnapi-reference"]) == 0
+
+
+def test_no_graph_on_the_driver_is_skipped_never_success(tmp_path, monkeypatch):
+    """A driver that takes none of the generator's operations, or runs none of the graphs whole, was not
+    tested: SKIPPED with the reason, not SUCCESS with a note."""
+    from mlts.stress import random_graphs as module
+
+    ctx = make_context("sample-all", spec="sample", out_dir=tmp_path, duration=0.0)
+    try:
+        monkeypatch.setattr(module, "supported_pairs", lambda ctx: set())
+        with pytest.raises(StressSkipped, match="sample-all takes none of the generator's operations"):
+            random_graphs(ctx)
+        monkeypatch.setattr(module, "supported_pairs", lambda ctx: None)
+        monkeypatch.setattr(module, "run_graph", lambda ctx, spec: (None, False))  # never supported whole
+        with pytest.raises(StressSkipped, match=r"none of 200 random graphs ran on sample-all") as info:
+            random_graphs(ctx)
+        assert info.value.details == {"graphs": 0, "skipped": 200}
+    finally:
+        ctx.close()

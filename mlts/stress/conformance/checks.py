@@ -68,20 +68,21 @@ class Checks:
         self.ctx.log(f"N/A  {name}: {why}")
 
     def without_model(self) -> dict[str, Any]:
-        """The driver runs none of the conformance models: nothing of it can be checked."""
+        """The driver runs none of the conformance models: nothing of it can be checked (SKIPPED)."""
         return self.finish(f"{self.ctx.driver} runs none of the conformance models")
 
-    def finish(self, note: str = "") -> dict[str, Any]:
+    def finish(self, why_none: str = "") -> dict[str, Any]:
+        """The record's details; FAILURE when a check failed, SKIPPED when none passed (every one n/a:
+        the driver lacks the optional feature, or `why_none`), since nothing of the driver was tested."""
         failed = [c for c in self.done if c.verdict == FAIL]
         counts = {v: sum(c.verdict == v for c in self.done) for v in (PASS, FAIL, NOT_APPLICABLE)}
         details = {"feature": self.feature, "checks": [c.as_dict() for c in self.done], "counts": counts}
         if failed:
             reason = "; ".join(f"{c.name}: {c.detail}" for c in failed)
             self.ctx.fail(f"{len(failed)} of {len(self.done)} {self.feature} check(s) failed: {reason}", **details)
-        if note:
-            details["note"] = note
-        elif counts[PASS] == 0:
-            details["note"] = f"{self.ctx.driver} does not support {self.feature}: nothing to check"
+        if counts[PASS] == 0:
+            self.ctx.skip(why_none or f"{self.ctx.driver} does not support {self.feature}: nothing to check",
+                          **details)
         return details
 
 

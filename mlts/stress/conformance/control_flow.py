@@ -1,7 +1,7 @@
 """Conformance: control flow on a driver that claims it. IF takes the branch its condition names (both
 ways), a WHILE counting loop gives the hand-computed sum, and an endless WHILE ends with
-MISSED_DEADLINE_* at the loop timeout (through the public API and straight through the HAL). A driver
-that claims neither IF nor WHILE has nothing to check here (control flow is optional)."""
+MISSED_DEADLINE_* at the loop timeout (through the public API and straight through the HAL). On a driver
+that claims neither IF nor WHILE (control flow is optional) every check is n/a and the test is SKIPPED."""
 from __future__ import annotations
 
 import threading
