@@ -113,7 +113,7 @@ def _print_cts_summary(records: list[dict]) -> None:
 
 def run_nnapi_cts(args: argparse.Namespace) -> int:
     """NNAPI's generated test vectors on the chosen drivers and paths; JUnit XML and the HTML report at the
-    end; 1 when a case failed or errored."""
+    end; 1 when a case failed or errored, or when no case passed on a driver (it declined them all)."""
     import sys
     import time
 
@@ -171,4 +171,8 @@ def run_nnapi_cts(args: argparse.Namespace) -> int:
             raise
         except MltsError as e:
             print(f"the report could not be rendered: {e}", file=sys.stderr)
-    return 1 if any(r.status in ("fail", "error") for r in results) else 0
+    untested = [d.name for d in devices if not any(r.device == d.name and r.status == "pass" for r in results)]
+    for name in untested:  # a driver that declined every case was not tested: that is no pass
+        print(f"mlts conformance: nnapi-cts: nothing of {name} was tested: no case passed on it (it declined "
+              "every one: n/a)", file=sys.stderr)
+    return 1 if untested or any(r.status in ("fail", "error") for r in results) else 0

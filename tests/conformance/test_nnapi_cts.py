@@ -229,3 +229,22 @@ def test_cli_case_replay(capsys, tmp_path):
     out = capsys.readouterr().out
     assert status == 0 and "pass  nnapi-reference add [static] ADD" in out and "ADD" in out
     assert (tmp_path / "results.jsonl").exists()
+
+
+def test_cli_a_driver_that_declines_every_case_is_no_pass(capsys, tmp_path):
+    """sample-minimal takes ADD, CONCATENATION and CONV_2D only: on TANH's vectors every run is n/a, so nothing
+    of it was tested and the run does not pass; nnapi-reference beside it still passes its runs."""
+    from mlts.cli import main
+
+    status = main(["conformance", "--suite", "nnapi-cts", "--ops", "TANH", "--driver", "sample",
+                   "--drivers", "nnapi-reference,sample-minimal", "--paths", "sync", "--no-report",
+                   "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert status == 1
+    assert "nothing of sample-minimal was tested" in captured.err and "nothing of nnapi-reference" not in captured.err
+    statuses = {(json.loads(line)["device"], json.loads(line)["status"])
+                for line in (tmp_path / "results.jsonl").read_text().splitlines()}
+    assert statuses == {("nnapi-reference", "pass"), ("sample-minimal", "n/a")}
+    status = main(["conformance", "--suite", "nnapi-cts", "--ops", "TANH", "--drivers", "nnapi-reference",
+                   "--paths", "sync", "--no-report", "--out", str(tmp_path / "alone")])
+    assert status == 0
