@@ -235,10 +235,20 @@ def test_cli_a_driver_that_declines_every_case_is_no_pass(capsys, tmp_path):
     """sample-minimal takes ADD, CONCATENATION and CONV_2D only: on TANH's vectors every run is n/a, so nothing
     of it was tested and the run does not pass; nnapi-reference beside it still passes its runs."""
     from mlts.cli import main
+    from mlts.runtime import devices, unregister_driver
+    from mlts.stress.drivers import close_devices
 
-    status = main(["conformance", "--suite", "nnapi-cts", "--ops", "TANH", "--driver", "sample",
-                   "--drivers", "nnapi-reference,sample-minimal", "--paths", "sync", "--no-report",
-                   "--out", str(tmp_path)])
+    before = {d.name for d in devices()}
+    try:
+        status = main(["conformance", "--suite", "nnapi-cts", "--ops", "TANH", "--driver", "sample",
+                       "--drivers", "nnapi-reference,sample-minimal", "--paths", "sync", "--no-report",
+                       "--out", str(tmp_path)])
+    finally:  # --driver registered the sample drivers in this process (and started their services)
+        added = [d for d in devices() if d.name not in before]
+        close_devices(added)
+        for d in added:
+            unregister_driver(d.name)
+    assert {d.name for d in devices()} == before
     captured = capsys.readouterr()
     assert status == 1
     assert "nothing of sample-minimal was tested" in captured.err and "nothing of nnapi-reference" not in captured.err
