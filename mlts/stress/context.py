@@ -162,9 +162,9 @@ class StressContext:
         return all(self.supported_flags(model))
 
     def compile(self, model: Model, devices: Sequence[Device] | None = None, *, reference: bool = False) -> Compilation:
-        """A finished compilation on the driver (all devices for ALL_DEVICES; the reference alone with
-        `reference`)."""
-        if reference:
+        """A finished compilation on the driver (all devices for ALL_DEVICES); with `reference`, on
+        nnapi-reference alone (or the reference `devices` given), not counted as the driver's coverage."""
+        if reference and devices is None:
             devices = [get_device(REFERENCE)]
         elif devices is None:
             devices = self.devices_for(model)
@@ -182,10 +182,7 @@ class StressContext:
             return self.compile(model, reference=True)
         if self._service_reference is None:
             self._service_reference = open_service_reference()
-        c = Compilation.for_devices(model, [self._service_reference[0]])
-        c.finish()
-        self.beat()
-        return c
+        return self.compile(model, [self._service_reference[0]], reference=True)
 
     def _count_coverage(self, model: Model, c: Compilation) -> None:
         """How many of the model's operations the compilation gave the driver under test (for
